@@ -1,0 +1,47 @@
+//! Operations endpoints, public by design: liveness, readiness, metrics.
+
+use std::time::Duration;
+
+use axum::{Json, extract::State, http::header, response::IntoResponse};
+use serde_json::{Value, json};
+
+use crate::{
+    app::AppState,
+    error::{ApiError, ErrorCode},
+};
+
+/// How long readiness waits for the store before calling it down.
+const READY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The process is alive and serving.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// The process can do useful work: its store answers.
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let store = state.store.kind;
+    let unavailable = |detail: String| {
+        ApiError::new(
+            ErrorCode::StoreUnavailable,
+            format!("the {store} store is not reachable"),
+        )
+        .with_retry_after(1)
+        .with_detail(detail)
+    };
+    match tokio::time::timeout(READY_TIMEOUT, state.store.health.ping()).await {
+        Ok(Ok(())) => Ok(Json(json!({"status": "ready", "store": store}))),
+        Ok(Err(e)) => Err(unavailable(e.to_string())),
+        Err(_) => Err(unavailable(format!("no answer within {READY_TIMEOUT:?}"))),
+    }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}

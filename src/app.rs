@@ -1,0 +1,201 @@
+//! Builds the running gateway from a [`Config`]: shared state, the router and
+//! the middleware stack (all in one place), and the serve loop with graceful
+//! shutdown.
+//!
+//! [`Application::build`] binds the listener and reports its address, so tests
+//! run the real app on port 0.
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Instant};
+
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, MatchedPath, Request, State},
+    http::HeaderName,
+    middleware::{self, Next},
+    response::Response,
+};
+use tokio::net::TcpListener;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tower::ServiceBuilder;
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
+
+use crate::{
+    api,
+    auth::{self, Authenticator},
+    config::Config,
+    error,
+    store::{Store, StoreError},
+    telemetry::metrics::Metrics,
+};
+
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// What every handler can reach. Cheap to clone: everything is shared.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    /// Cancelled when shutdown begins; long-lived streams end on it so clients
+    /// reconnect to another replica.
+    pub shutdown: CancellationToken,
+    /// Every background task is spawned here; shutdown waits for them.
+    pub tasks: TaskTracker,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+}
+
+impl Application {
+    /// Binds `config.server.listen` and assembles the app. Nothing is served
+    /// until [`Application::run_until_stopped`].
+    pub async fn build(config: Config) -> Result<Self, StartupError> {
+        let addr = config.server.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartupError::Bind { addr, source })?;
+        let store = Store::open(&config.store)?;
+        let authenticator = Arc::new(Authenticator::from_config(&config));
+        let state = AppState {
+            config: Arc::new(config),
+            store,
+            metrics: Arc::new(Metrics::new()),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        };
+        let router = router(state.clone(), authenticator);
+        Ok(Self {
+            listener,
+            router,
+            state,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `signal` resolves, then stops accepting, gives live
+    /// streams `server.shutdown_grace` to end, and waits for background tasks.
+    pub async fn run_until_stopped(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let Self {
+            listener,
+            router,
+            state,
+        } = self;
+        let token = state.shutdown.clone();
+        let grace = state.config.server.shutdown_grace;
+        tracing::info!(
+            addr = %listener.local_addr()?,
+            replica = %state.config.server.replica_id,
+            store = state.store.kind,
+            "switchboard listening"
+        );
+        let stop = token.clone();
+        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+            signal.await;
+            tracing::info!("shutting down: no new connections, live streams are ending");
+            stop.cancel();
+        });
+        let result = tokio::select! {
+            result = serve => result,
+            () = async { token.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace expired; closing remaining connections");
+                Ok(())
+            }
+        };
+        state.tasks.close();
+        state.tasks.wait().await;
+        tracing::info!("stopped");
+        result
+    }
+}
+
+/// The routes and the middleware stack. Layers listed first wrap the ones
+/// after them (they see the request first and the response last).
+fn router(state: AppState, authenticator: Arc<Authenticator>) -> Router {
+    let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
+    let stack = ServiceBuilder::new()
+        // Outermost, so every later layer and every log line has the id; an id
+        // set by the load balancer is kept.
+        .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+        // One span per request, carrying the id; never headers (tokens).
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // The id goes back on every response, errors included.
+        .layer(PropagateRequestIdLayer::new(request_id))
+        // Counts what the client finally got, after error rendering.
+        .layer(middleware::from_fn_with_state(state.clone(), track_http))
+        // The one rescue: every error response gets the JSON body here.
+        .layer(middleware::from_fn(error::render_errors))
+        // A panic in a handler becomes a 500 that the rescue renders.
+        .layer(CatchPanicLayer::new())
+        // Bodies over the limit are refused with 413 before JSON parsing.
+        .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
+        // Deny by default: everything but auth::PUBLIC_PATHS needs a token.
+        .layer(middleware::from_fn_with_state(
+            authenticator,
+            auth::require_auth,
+        ));
+
+    api::routes()
+        .fallback(api::not_found)
+        .layer(stack)
+        .with_state(state)
+}
+
+fn request_span(request: &Request) -> tracing::Span {
+    let id = request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    tracing::info_span!("request", request_id = %id, method = %request.method(), route)
+}
+
+async fn track_http(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().to_string();
+    let response = next.run(request).await;
+    state.metrics.observe_http(
+        &route,
+        &method,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}

@@ -1,0 +1,158 @@
+//! The command line of DESIGN.md: `serve` (the default), `token` and
+//! `check-config`. Each subcommand loads the configuration the same way.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand};
+
+use crate::{
+    app::Application,
+    auth,
+    config::{self, Config, ConfigErrors},
+    telemetry,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchboard",
+    version,
+    about = "Multi-tenant session relay gateway for LLM agent sessions"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Configuration file (TOML). Also SWITCHBOARD_CONFIG. Without one, the
+    /// embedded defaults are used.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway (the default).
+    Serve,
+    /// Print a JWT that this configuration accepts (HS256 tenants).
+    Token {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        subject: String,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+        /// A scope to grant (repeatable), e.g. sessions:admin.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
+    /// Validate the configuration and report every error with its path.
+    CheckConfig,
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    let config = Config::load(cli.config.as_deref(), &config::process_env);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve(config).await,
+        Command::CheckConfig => match config {
+            Ok(config) => {
+                println!(
+                    "configuration ok: {} tenant(s), {} model(s), {} tool(s), {} store",
+                    config.tenants.len(),
+                    config.models.len(),
+                    config.tools.len(),
+                    if config.store.redis_url.is_some() {
+                        "redis"
+                    } else {
+                        "in-memory"
+                    },
+                );
+                ExitCode::SUCCESS
+            }
+            Err(errors) => report(&errors),
+        },
+        Command::Token {
+            tenant,
+            subject,
+            ttl,
+            scopes,
+        } => {
+            let config = match config {
+                Ok(config) => config,
+                Err(errors) => return report(&errors),
+            };
+            let Some(tenant) = config.tenants.get(&tenant) else {
+                eprintln!("no tenant {tenant:?} in the configuration");
+                return ExitCode::FAILURE;
+            };
+            match auth::mint_token(tenant, &subject, Duration::from_secs(ttl), &scopes) {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("cannot sign a token: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+async fn serve(config: Result<Config, ConfigErrors>) -> ExitCode {
+    telemetry::init_logging();
+    let config = match config {
+        Ok(config) => config,
+        Err(errors) => return report(&errors),
+    };
+    if config.uses_builtin_dev_secret {
+        tracing::warn!(
+            "tenant `dev` signs tokens with the built-in development secret; \
+             set SWITCHBOARD_DEV_SECRET or use a configuration file in production"
+        );
+    }
+    let app = match Application::build(config).await {
+        Ok(app) => app,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    match app.run_until_stopped(shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "server error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report(errors: &ConfigErrors) -> ExitCode {
+    eprintln!("invalid configuration ({} error(s)):", errors.0.len());
+    for line in errors.to_string().lines() {
+        eprintln!("  {line}");
+    }
+    ExitCode::FAILURE
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,285 @@
+//! Configuration: the validated [`Config`] the rest of the gateway reads, and
+//! how it is loaded.
+//!
+//! Loading is three steps: the TOML text (a file, or the embedded defaults
+//! when there is none) is parsed into a raw struct (`raw.rs`); the
+//! `SWITCHBOARD_*` environment overrides are laid over it; then `validate.rs`
+//! checks everything and reports every mistake with its field path. Secrets
+//! named by environment variable (`*_env` keys) are read during validation,
+//! so a missing variable is a configuration error, not a runtime surprise.
+//!
+//! This module does not watch files or reload: a changed file takes effect at
+//! the next start.
+
+mod raw;
+mod validate;
+
+use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
+
+/// Looks up an environment variable. Passed explicitly so tests can supply
+/// their own environment instead of mutating the process's.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Reads the real process environment.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The embedded defaults: what `switchboard` runs with when no file is given.
+/// In-memory store, one tenant `dev`, the `demo` model and a built-in demo tool,
+/// so a fresh machine needs no network and no keys.
+pub const EMBEDDED_DEFAULTS: &str = include_str!("defaults.toml");
+
+/// The development HS256 secret used by the embedded defaults when
+/// `SWITCHBOARD_DEV_SECRET` is not set. Start-up logs a warning when it is used.
+pub const BUILTIN_DEV_SECRET: &str = "switchboard-dev-secret-not-for-production";
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub agent: AgentConfig,
+    /// Tenants by id.
+    pub tenants: BTreeMap<String, TenantConfig>,
+    /// Model aliases (what requests name) to their provider settings.
+    pub models: BTreeMap<String, ModelConfig>,
+    pub tools: Vec<ToolConfig>,
+    /// True when the dev tenant signs with [`BUILTIN_DEV_SECRET`].
+    pub uses_builtin_dev_secret: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub replica_id: String,
+    pub max_body_bytes: usize,
+    /// How long live streams get to end after SIGTERM before the process exits.
+    pub shutdown_grace: Duration,
+    /// Interval of SSE keep-alive comments on idle streams.
+    pub heartbeat: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `None` selects the in-memory store (one replica only).
+    pub redis_url: Option<String>,
+    pub key_prefix: String,
+    /// Idle sessions, their logs and relay ids expire after this long.
+    pub session_ttl: Duration,
+    /// Events kept per session; older ones are trimmed (a rejoin past them is
+    /// answered with "recovery failed").
+    pub event_log_max_len: u64,
+    pub lease_ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub max_iterations: u32,
+    pub max_depth: u32,
+    pub relay_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct TenantConfig {
+    pub id: String,
+    pub jwt: JwtConfig,
+    pub rate_limit: Option<RateLimitConfig>,
+    /// Aliases this tenant may use; `None` means all configured models.
+    pub models: Option<Vec<String>>,
+}
+
+impl TenantConfig {
+    /// The model aliases visible to this tenant, in name order.
+    pub fn visible_models<'a>(&'a self, all: &'a BTreeMap<String, ModelConfig>) -> Vec<&'a str> {
+        match &self.models {
+            Some(list) => list.iter().map(String::as_str).collect(),
+            None => all.keys().map(String::as_str).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub hs256_secret: Secret,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub leeway_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimitConfig {
+    pub requests_per_second: u32,
+    pub burst: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAiCompatible,
+    Anthropic,
+    Demo,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub alias: String,
+    pub provider: ProviderKind,
+    pub base_url: String,
+    /// The provider's model id (what is sent upstream).
+    pub model: String,
+    pub api_key: Option<Secret>,
+    pub context_window: u32,
+    pub max_output_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    Allow,
+    Ask,
+    Deny,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolTarget {
+    Http {
+        url: String,
+    },
+    /// Answers inside the gateway with a deterministic echo; no network.
+    BuiltinDemo,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolConfig {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments, as sent to the model.
+    pub parameters: serde_json::Value,
+    pub target: ToolTarget,
+    pub permission: Permission,
+    pub timeout: Duration,
+}
+
+/// A secret string whose `Debug` never prints the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// One mistake in the configuration, with the path of the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Every mistake found, reported together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    pub fn single(path: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut errors = Self::default();
+        errors.push(path, message);
+        errors
+    }
+    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn into_result<T>(self, value: T) -> Result<T, Self> {
+        if self.is_empty() {
+            Ok(value)
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            let path = if e.path.is_empty() {
+                "<file>"
+            } else {
+                e.path.as_str()
+            };
+            write!(f, "{path}: {}", e.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl Config {
+    /// Loads the configuration: the file at `path` (or named by
+    /// `SWITCHBOARD_CONFIG`), else the embedded defaults; then the environment
+    /// overrides; then validation.
+    pub fn load(path: Option<&Path>, env: EnvLookup<'_>) -> Result<Self, ConfigErrors> {
+        let from_env = env("SWITCHBOARD_CONFIG");
+        let path = path
+            .map(Path::to_path_buf)
+            .or_else(|| from_env.map(Into::into));
+        match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    ConfigErrors::single("", format!("cannot read {}: {e}", path.display()))
+                })?;
+                Self::from_toml(&text, env)
+            }
+            None => Self::embedded_defaults(env),
+        }
+    }
+
+    /// Parses and validates TOML text, with the environment overrides applied.
+    pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Self, ConfigErrors> {
+        let (mut raw, unknown_keys) = raw::parse(text)?;
+        validate::apply_env_overrides(&mut raw, env);
+        validate::validate(raw, unknown_keys, env)
+    }
+
+    /// The embedded defaults, with the dev tenant's secret from
+    /// `SWITCHBOARD_DEV_SECRET` or else the built-in development value.
+    pub fn embedded_defaults(env: EnvLookup<'_>) -> Result<Self, ConfigErrors> {
+        let dev_secret = env("SWITCHBOARD_DEV_SECRET");
+        let uses_builtin = dev_secret.is_none();
+        let with_fallback = |name: &str| match name {
+            "SWITCHBOARD_DEV_SECRET" => Some(
+                dev_secret
+                    .clone()
+                    .unwrap_or_else(|| BUILTIN_DEV_SECRET.to_string()),
+            ),
+            other => env(other),
+        };
+        let mut config = Self::from_toml(EMBEDDED_DEFAULTS, &with_fallback)?;
+        config.uses_builtin_dev_secret = uses_builtin;
+        Ok(config)
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&ToolConfig> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

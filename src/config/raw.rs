@@ -1,0 +1,126 @@
+//! The configuration file exactly as written: plain serde structs, every field
+//! optional where a default exists. Nothing here is validated; `validate.rs`
+//! turns a [`RawConfig`] into a [`super::Config`] and reports every mistake.
+//!
+//! Unknown keys are not silently dropped: [`parse`] collects each one (with its
+//! path) through `serde_ignored`, so a file with several typos gets all of them
+//! reported at once instead of one per run.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::ConfigErrors;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub agent: RawAgent,
+    #[serde(default)]
+    pub tenants: Vec<RawTenant>,
+    #[serde(default)]
+    pub models: BTreeMap<String, RawModel>,
+    #[serde(default)]
+    pub tools: Vec<RawTool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub replica_id: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    pub shutdown_grace_secs: Option<u64>,
+    pub heartbeat_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawStore {
+    pub redis_url: Option<String>,
+    pub key_prefix: Option<String>,
+    pub session_ttl_secs: Option<u64>,
+    pub event_log_max_len: Option<u64>,
+    pub lease_ttl_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawAgent {
+    pub max_iterations: Option<u32>,
+    pub max_depth: Option<u32>,
+    pub relay_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawTenant {
+    pub id: Option<String>,
+    pub jwt: Option<RawJwt>,
+    pub rate_limit: Option<RawRateLimit>,
+    /// Model aliases this tenant may use; absent means every configured alias.
+    pub models: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawJwt {
+    pub hs256_secret: Option<String>,
+    /// Name of an environment variable holding the HS256 secret.
+    pub hs256_secret_env: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub leeway_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawRateLimit {
+    pub requests_per_second: Option<u32>,
+    pub burst: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawModel {
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub context_window: Option<u32>,
+    pub max_output_tokens: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawTool {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub parameters: Option<toml::Value>,
+    pub url: Option<String>,
+    /// A tool served inside the gateway (only `demo` exists), for the
+    /// no-network embedded defaults.
+    pub builtin: Option<String>,
+    pub permission: Option<String>,
+    pub timeout_secs: Option<u64>,
+}
+
+/// Parses TOML text into a [`RawConfig`] and the list of unknown keys (to be
+/// reported together with the validation errors). Syntax and type errors stop
+/// the parse: the file cannot be read past them.
+pub fn parse(text: &str) -> Result<(RawConfig, ConfigErrors), ConfigErrors> {
+    let mut errors = ConfigErrors::default();
+    let deserializer = toml::Deserializer::parse(text)
+        .map_err(|e| ConfigErrors::single("", format!("not valid TOML: {}", e.message())))?;
+    // serde_path_to_error names the field of a type error; serde_ignored
+    // reports every key the structs do not know.
+    let mut track = serde_path_to_error::Track::new();
+    let tracked = serde_path_to_error::Deserializer::new(deserializer, &mut track);
+    let parsed = serde_ignored::deserialize(tracked, |path| {
+        errors.push(path.to_string(), "unknown key");
+    });
+    match parsed {
+        Ok(raw) => Ok((raw, errors)),
+        Err(e) => {
+            let e: toml::de::Error = e;
+            errors.push(track.path().to_string(), e.message().to_string());
+            Err(errors)
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! Switchboard: a multi-tenant session relay gateway for LLM agent sessions.
+//!
+//! Module map (what each owns):
+//! - [`cli`]       — the command line: `serve`, `token`, `check-config`.
+//! - [`config`]    — raw TOML → validated [`config::Config`]; env overrides; secrets.
+//! - [`app`]       — builds state, router and the one middleware stack; serve + shutdown.
+//! - [`auth`]      — bearer JWT → [`auth::Principal`]; deny by default.
+//! - [`error`]     — the API error type and the one place errors become responses.
+//! - [`api`]       — HTTP handlers, one file per dialect; thin.
+//! - [`store`]     — persistence traits and their Redis and in-memory backends.
+//! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
+//! - [`telemetry`] — logs and Prometheus metrics.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod providers;
+pub mod store;
+pub mod telemetry;

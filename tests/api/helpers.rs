@@ -1,0 +1,218 @@
+//! `spawn_app` and friends: each test gets the real app on port 0, its own
+//! Redis key prefix (so tests run in parallel against one Redis), its own
+//! scripted mock upstream, and a client with one method per endpoint.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use reqwest::{Response, StatusCode};
+use serde_json::Value;
+use switchboard::{app::Application, auth, config::Config};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::mock_upstream::MockUpstream;
+
+/// Redis used by the tests; `.ci/run` makes sure one answers here.
+pub fn redis_url() -> String {
+    std::env::var("SWITCHBOARD_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+pub const ACME_SECRET: &str = "acme-test-secret-0123456789";
+pub const GLOBEX_SECRET: &str = "globex-test-secret-0123456789";
+
+/// Options for [`spawn_app_with`].
+pub struct AppOptions {
+    /// `None` runs the in-memory store.
+    pub redis_url: Option<String>,
+    /// Shared by replicas of one test; unique per test.
+    pub key_prefix: String,
+    pub replica_id: String,
+    /// Extra TOML appended to the test configuration.
+    pub extra_toml: String,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        Self {
+            redis_url: Some(redis_url()),
+            key_prefix: unique_prefix(),
+            replica_id: "a".to_string(),
+            extra_toml: String::new(),
+        }
+    }
+}
+
+pub fn unique_prefix() -> String {
+    format!("sbtest:{}:", uuid::Uuid::new_v4().simple())
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub config: Arc<Config>,
+    pub client: reqwest::Client,
+    pub upstream: Arc<MockUpstream>,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// The app with Redis, tenants `acme` and `globex`, the `demo` model and a
+/// `mock` model served by a fresh scripted upstream.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(AppOptions::default()).await
+}
+
+pub async fn spawn_app_with(options: AppOptions) -> TestApp {
+    let upstream = Arc::new(MockUpstream::start().await);
+    spawn_replica(options, upstream).await
+}
+
+/// Starts an app that uses an existing upstream: replicas of one test share
+/// Redis (through `options.key_prefix`) and one mock upstream.
+pub async fn spawn_replica(options: AppOptions, upstream: Arc<MockUpstream>) -> TestApp {
+    let store = match &options.redis_url {
+        Some(url) => format!("redis_url = \"{url}\"\n"),
+        None => String::new(),
+    };
+    let text = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+replica_id = "{replica}"
+shutdown_grace_secs = 2
+
+[store]
+{store}key_prefix = "{prefix}"
+
+[[tenants]]
+id = "acme"
+jwt = {{ hs256_secret = "{ACME_SECRET}" }}
+
+[[tenants]]
+id = "globex"
+jwt = {{ hs256_secret = "{GLOBEX_SECRET}" }}
+models = ["demo"]
+
+[models.demo]
+provider = "demo"
+
+[models.mock]
+provider = "openai"
+base_url = "{upstream}"
+model = "mock-model"
+
+{extra}
+"#,
+        replica = options.replica_id,
+        prefix = options.key_prefix,
+        upstream = upstream.base_url(),
+        extra = options.extra_toml,
+    );
+    let config = Config::from_toml(&text, &|_| None).expect("the test configuration is valid");
+    let app = Application::build(config).await.expect("the app starts");
+    let addr = app.local_addr();
+    let config = app.state().config.clone();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let server = tokio::spawn(app.run_until_stopped(async move { stop.cancelled().await }));
+    TestApp {
+        addr,
+        config,
+        client: reqwest::Client::new(),
+        upstream,
+        shutdown,
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// A valid token for `subject` of `tenant`.
+    pub fn token(&self, tenant: &str, subject: &str) -> String {
+        self.token_with(tenant, subject, Duration::from_secs(600), &[])
+    }
+
+    pub fn token_with(
+        &self,
+        tenant: &str,
+        subject: &str,
+        ttl: Duration,
+        scopes: &[&str],
+    ) -> String {
+        let tenant = &self.config.tenants[tenant];
+        let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        auth::mint_token(tenant, subject, ttl, &scopes).expect("signing works")
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
+        let mut request = self.client.get(self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("request sent")
+    }
+
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Response {
+        let mut request = self.client.post(self.url(path)).json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("request sent")
+    }
+
+    pub async fn get_healthz(&self) -> Response {
+        self.get("/healthz", None).await
+    }
+
+    pub async fn get_readyz(&self) -> Response {
+        self.get("/readyz", None).await
+    }
+
+    pub async fn get_holmes_models(&self, token: Option<&str>) -> Response {
+        self.get("/api/model", token).await
+    }
+
+    /// Stops the app the way SIGTERM does, and waits for it.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            server
+                .await
+                .expect("the server task ends")
+                .expect("the server stops cleanly");
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Asserts the standard JSON error body and returns it.
+pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(response.status(), status);
+    let request_id = response
+        .headers()
+        .get("x-request-id")
+        .cloned()
+        .expect("a request id on every response");
+    let body: Value = response.json().await.expect("a JSON error body");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert_eq!(
+        body["error"]["request_id"],
+        request_id.to_str().unwrap(),
+        "{body}"
+    );
+    body
+}

@@ -1,0 +1,11 @@
+//! All integration tests compile into this one binary (one link, shared
+//! helpers). Each test spawns its own app(s) on port 0 with its own Redis key
+//! prefix, so they run in parallel.
+
+mod helpers;
+mod support;
+
+mod auth;
+mod config_cli;
+mod health;
+mod mock_upstream;

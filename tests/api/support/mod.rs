@@ -1,0 +1,2 @@
+//! Test doubles shared by the integration tests: scripted upstreams and servers.
+pub mod mock_upstream;
