@@ -28,7 +28,8 @@ use crate::{
     auth::{self, Authenticator},
     config::Config,
     error,
-    store::{Store, StoreError},
+    sessions::{Sessions, TurnRunner},
+    store::{NOTICE_CHANNEL, Store, StoreError},
     telemetry::metrics::Metrics,
 };
 
@@ -39,6 +40,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
+    pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
     /// Cancelled when shutdown begins; long-lived streams end on it so clients
     /// reconnect to another replica.
@@ -50,10 +52,7 @@ pub struct AppState {
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -68,31 +67,31 @@ impl Application {
     /// Binds `config.server.listen` and assembles the app. Nothing is served
     /// until [`Application::run_until_stopped`].
     pub async fn build(config: Config) -> Result<Self, StartupError> {
+        Self::build_with_runner(config, None).await
+    }
+
+    /// Like [`Application::build`], with the given turn runner instead of the
+    /// orchestrator (tests script turns this way).
+    pub async fn build_with_runner(config: Config, runner: Option<Arc<dyn TurnRunner>>) -> Result<Self, StartupError> {
         let addr = config.server.listen;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartupError::Bind { addr, source })?;
-        let store = Store::open(&config.store)?;
+        let listener = TcpListener::bind(addr).await.map_err(|source| StartupError::Bind { addr, source })?;
+        let (notices_tx, notices_rx) = tokio::sync::mpsc::channel(NOTICE_CHANNEL);
+        let store = Store::open(&config.store, notices_tx)?;
         let authenticator = Arc::new(Authenticator::from_config(&config));
-        let state = AppState {
-            config: Arc::new(config),
-            store,
-            metrics: Arc::new(Metrics::new()),
-            shutdown: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        };
+        let config = Arc::new(config);
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let sessions = Sessions::start(store.clone(), notices_rx, config.clone(), tasks.clone(), shutdown.clone());
+        if let Some(runner) = runner {
+            sessions.set_runner(runner);
+        }
+        let state = AppState { config, store, sessions, metrics: Arc::new(Metrics::new()), shutdown, tasks };
         let router = router(state.clone(), authenticator);
-        Ok(Self {
-            listener,
-            router,
-            state,
-        })
+        Ok(Self { listener, router, state })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.listener.local_addr().expect("a bound listener has an address")
     }
 
     pub fn state(&self) -> &AppState {
@@ -101,15 +100,8 @@ impl Application {
 
     /// Serves until `signal` resolves, then stops accepting, gives live
     /// streams `server.shutdown_grace` to end, and waits for background tasks.
-    pub async fn run_until_stopped(
-        self,
-        signal: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let Self {
-            listener,
-            router,
-            state,
-        } = self;
+    pub async fn run_until_stopped(self, signal: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let Self { listener, router, state } = self;
         let token = state.shutdown.clone();
         let grace = state.config.server.shutdown_grace;
         tracing::info!(
@@ -159,43 +151,23 @@ fn router(state: AppState, authenticator: Arc<Authenticator>) -> Router {
         // Bodies over the limit are refused with 413 before JSON parsing.
         .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
         // Deny by default: everything but auth::PUBLIC_PATHS needs a token.
-        .layer(middleware::from_fn_with_state(
-            authenticator,
-            auth::require_auth,
-        ));
+        .layer(middleware::from_fn_with_state(authenticator, auth::require_auth));
 
-    api::routes()
-        .fallback(api::not_found)
-        .layer(stack)
-        .with_state(state)
+    api::routes().fallback(api::not_found).layer(stack).with_state(state)
 }
 
 fn request_span(request: &Request) -> tracing::Span {
-    let id = request
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str);
+    let id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
     tracing::info_span!("request", request_id = %id, method = %request.method(), route)
 }
 
 async fn track_http(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let route =
+        request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let method = request.method().to_string();
     let response = next.run(request).await;
-    state.metrics.observe_http(
-        &route,
-        &method,
-        response.status().as_u16(),
-        started.elapsed(),
-    );
+    state.metrics.observe_http(&route, &method, response.status().as_u16(), started.elapsed());
     response
 }

@@ -117,26 +117,21 @@ impl Authenticator {
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
         // The header must parse (this is where `alg: none` is refused).
         jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
-        let hint: TenantHint = jsonwebtoken::dangerous::insecure_decode_claims(token)
-            .map_err(|_| AuthError::Malformed)?;
+        let hint: TenantHint =
+            jsonwebtoken::dangerous::insecure_decode_claims(token).map_err(|_| AuthError::Malformed)?;
         let tenant = hint.tenant.ok_or(AuthError::Invalid)?;
         let entry = self.tenants.get(&tenant).ok_or(AuthError::Invalid)?;
         let data =
-            jsonwebtoken::decode::<Claims>(token, &entry.key, &entry.validation).map_err(|e| {
-                match e.kind() {
-                    ErrorKind::ExpiredSignature => AuthError::Expired,
-                    ErrorKind::ImmatureSignature => AuthError::NotYetValid,
-                    _ => AuthError::Invalid,
-                }
+            jsonwebtoken::decode::<Claims>(token, &entry.key, &entry.validation).map_err(|e| match e.kind() {
+                ErrorKind::ExpiredSignature => AuthError::Expired,
+                ErrorKind::ImmatureSignature => AuthError::NotYetValid,
+                _ => AuthError::Invalid,
             })?;
         let claims = data.claims;
         Ok(Principal {
             tenant: Arc::from(claims.tenant.as_str()),
             subject: claims.sub,
-            scopes: claims
-                .scope
-                .map(|s| s.split_whitespace().map(str::to_string).collect())
-                .unwrap_or_default(),
+            scopes: claims.scope.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
         })
     }
 }
@@ -148,10 +143,7 @@ pub fn mint_token(
     ttl: Duration,
     scopes: &[String],
 ) -> Result<String, jsonwebtoken::errors::Error> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let claims = Claims {
         sub: subject.to_string(),
         tenant: tenant.id.clone(),
@@ -168,11 +160,7 @@ pub fn mint_token(
         #[serde(skip_serializing_if = "Option::is_none")]
         aud: Option<&'a str>,
     }
-    let body = WithStd {
-        claims: &claims,
-        iss: tenant.jwt.issuer.as_deref(),
-        aud: tenant.jwt.audience.as_deref(),
-    };
+    let body = WithStd { claims: &claims, iss: tenant.jwt.issuer.as_deref(), aud: tenant.jwt.audience.as_deref() };
     let key = EncodingKey::from_secret(tenant.jwt.hs256_secret.expose().as_bytes());
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), &body, &key)
 }
@@ -188,24 +176,15 @@ pub async fn require_auth(
         return Ok(next.run(request).await);
     }
     let token = bearer(&request).ok_or(AuthError::Missing);
-    let principal = token
-        .and_then(|t| auth.verify(t))
-        .map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    let principal = token.and_then(|t| auth.verify(t)).map_err(|e| ApiError::unauthorized(e.to_string()))?;
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
 }
 
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request
-        .headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
+    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Principal {
@@ -242,13 +221,8 @@ provider = "demo"
     fn a_minted_token_verifies_and_names_its_principal() {
         let config = config();
         let auth = Authenticator::from_config(&config);
-        let token = mint_token(
-            &config.tenants["a"],
-            "alice",
-            Duration::from_secs(60),
-            &["sessions:admin".into()],
-        )
-        .unwrap();
+        let token =
+            mint_token(&config.tenants["a"], "alice", Duration::from_secs(60), &["sessions:admin".into()]).unwrap();
         let principal = auth.verify(&token).unwrap();
         assert_eq!(&*principal.tenant, "a");
         assert_eq!(principal.subject, "alice");

@@ -13,11 +13,7 @@ use crate::{
 };
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "switchboard",
-    version,
-    about = "Multi-tenant session relay gateway for LLM agent sessions"
-)]
+#[command(name = "switchboard", version, about = "Multi-tenant session relay gateway for LLM agent sessions")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -59,22 +55,13 @@ pub async fn run(cli: Cli) -> ExitCode {
                     config.tenants.len(),
                     config.models.len(),
                     config.tools.len(),
-                    if config.store.redis_url.is_some() {
-                        "redis"
-                    } else {
-                        "in-memory"
-                    },
+                    if config.store.redis_url.is_some() { "redis" } else { "in-memory" },
                 );
                 ExitCode::SUCCESS
             }
             Err(errors) => report(&errors),
         },
-        Command::Token {
-            tenant,
-            subject,
-            ttl,
-            scopes,
-        } => {
+        Command::Token { tenant, subject, ttl, scopes } => {
             let config = match config {
                 Ok(config) => config,
                 Err(errors) => return report(&errors),

@@ -34,6 +34,7 @@ pub enum ErrorCode {
     NotFound,
     MethodNotAllowed,
     Conflict,
+    RecoveryFailed,
     PayloadTooLarge,
     UnsupportedMediaType,
     RateLimited,
@@ -56,6 +57,7 @@ impl ErrorCode {
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Conflict => "conflict",
+            Self::RecoveryFailed => "recovery_failed",
             Self::PayloadTooLarge => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited => "rate_limited",
@@ -69,15 +71,14 @@ impl ErrorCode {
 
     pub fn status(self) -> StatusCode {
         match self {
-            Self::InvalidJson | Self::InvalidRequest | Self::UnknownModel => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::InvalidJson | Self::InvalidRequest | Self::UnknownModel => StatusCode::BAD_REQUEST,
             Self::ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict => StatusCode::CONFLICT,
+            Self::RecoveryFailed => StatusCode::GONE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -125,12 +126,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            retry_after: None,
-            detail: None,
-        }
+        Self { code, message: message.into(), retry_after: None, detail: None }
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)
@@ -165,6 +161,25 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+impl From<crate::sessions::SessionError> for ApiError {
+    fn from(error: crate::sessions::SessionError) -> Self {
+        use crate::{sessions::SessionError as E, store::StoreError as S};
+        match error {
+            E::NotFound => Self::not_found("session not found"),
+            E::Conflict(message) => Self::conflict(message),
+            E::Invalid(message) => Self::bad_request(message),
+            e @ E::CursorExpired { .. } => Self::new(ErrorCode::RecoveryFailed, e.to_string()),
+            E::Store(e @ S::Unavailable(_)) => {
+                Self::new(ErrorCode::StoreUnavailable, "the session store is not reachable")
+                    .with_retry_after(1)
+                    .with_detail(e)
+            }
+            E::Store(S::NotLeaseholder) => Self::conflict("another replica is running this session"),
+            E::Store(e @ S::Corrupt(_)) => Self::internal(e),
+        }
+    }
+}
 
 /// What [`render_errors`] needs to write the body; carried as an extension.
 #[derive(Debug, Clone)]
@@ -226,8 +241,7 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
     };
     let mut out = (status, axum::Json(body)).into_response();
     if let Some(secs) = error.retry_after {
-        out.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        out.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     out
 }
@@ -240,15 +254,9 @@ async fn rescued(status: StatusCode, response: Response) -> ApiError {
     if status.is_server_error() {
         return ApiError::new(code, "internal error");
     }
-    let bytes = axum::body::to_bytes(response.into_body(), 4096)
-        .await
-        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes).trim().to_string();
-    let message = if text.is_empty() {
-        status.canonical_reason().unwrap_or("error").to_lowercase()
-    } else {
-        text
-    };
+    let message = if text.is_empty() { status.canonical_reason().unwrap_or("error").to_lowercase() } else { text };
     ApiError::new(code, message)
 }
 

@@ -7,7 +7,9 @@
 //! - [`auth`]      — bearer JWT → [`auth::Principal`]; deny by default.
 //! - [`error`]     — the API error type and the one place errors become responses.
 //! - [`api`]       — HTTP handlers, one file per dialect; thin.
+//! - [`sessions`]  — the sessions service: state machine, event hub, leases, takeover.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
+//! - [`protocol`]  — the canonical event model and one encoder per dialect.
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs and Prometheus metrics.
 
@@ -17,6 +19,8 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod protocol;
 pub mod providers;
+pub mod sessions;
 pub mod store;
 pub mod telemetry;

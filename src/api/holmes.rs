@@ -7,10 +7,7 @@ use crate::{app::AppState, auth::Principal, error::ApiError};
 
 /// `GET /api/model`: the model aliases the caller's tenant may use. (The real
 /// server sends a JSON string here; its docs show an array, which we send.)
-pub async fn list_models(
-    State(state): State<AppState>,
-    principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+pub async fn list_models(State(state): State<AppState>, principal: Principal) -> Result<Json<Value>, ApiError> {
     let models = super::visible_models(&state, &principal)?;
     Ok(Json(json!({"model_name": models})))
 }

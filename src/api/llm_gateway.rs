@@ -7,12 +7,7 @@ use serde_json::{Value, json};
 use crate::{app::AppState, auth::Principal, error::ApiError};
 
 /// `GET /models`: the tenant's model aliases and the default one.
-pub async fn list_models(
-    State(state): State<AppState>,
-    principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+pub async fn list_models(State(state): State<AppState>, principal: Principal) -> Result<Json<Value>, ApiError> {
     let models = super::visible_models(&state, &principal)?;
-    Ok(Json(
-        json!({"models": models, "defaultModel": models.first()}),
-    ))
+    Ok(Json(json!({"models": models, "defaultModel": models.first()})))
 }

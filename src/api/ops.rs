@@ -22,12 +22,9 @@ pub async fn healthz() -> Json<Value> {
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let store = state.store.kind;
     let unavailable = |detail: String| {
-        ApiError::new(
-            ErrorCode::StoreUnavailable,
-            format!("the {store} store is not reachable"),
-        )
-        .with_retry_after(1)
-        .with_detail(detail)
+        ApiError::new(ErrorCode::StoreUnavailable, format!("the {store} store is not reachable"))
+            .with_retry_after(1)
+            .with_detail(detail)
     };
     match tokio::time::timeout(READY_TIMEOUT, state.store.health.ping()).await {
         Ok(Ok(())) => Ok(Json(json!({"status": "ready", "store": store}))),
@@ -37,11 +34,5 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render())
 }

@@ -195,20 +195,13 @@ impl ConfigErrors {
         errors
     }
     pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigError {
-            path: path.into(),
-            message: message.into(),
-        });
+        self.0.push(ConfigError { path: path.into(), message: message.into() });
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
     pub fn into_result<T>(self, value: T) -> Result<T, Self> {
-        if self.is_empty() {
-            Ok(value)
-        } else {
-            Err(self)
-        }
+        if self.is_empty() { Ok(value) } else { Err(self) }
     }
 }
 
@@ -218,11 +211,7 @@ impl fmt::Display for ConfigErrors {
             if i > 0 {
                 writeln!(f)?;
             }
-            let path = if e.path.is_empty() {
-                "<file>"
-            } else {
-                e.path.as_str()
-            };
+            let path = if e.path.is_empty() { "<file>" } else { e.path.as_str() };
             write!(f, "{path}: {}", e.message)?;
         }
         Ok(())
@@ -237,14 +226,11 @@ impl Config {
     /// overrides; then validation.
     pub fn load(path: Option<&Path>, env: EnvLookup<'_>) -> Result<Self, ConfigErrors> {
         let from_env = env("SWITCHBOARD_CONFIG");
-        let path = path
-            .map(Path::to_path_buf)
-            .or_else(|| from_env.map(Into::into));
+        let path = path.map(Path::to_path_buf).or_else(|| from_env.map(Into::into));
         match path {
             Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    ConfigErrors::single("", format!("cannot read {}: {e}", path.display()))
-                })?;
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| ConfigErrors::single("", format!("cannot read {}: {e}", path.display())))?;
                 Self::from_toml(&text, env)
             }
             None => Self::embedded_defaults(env),
@@ -264,11 +250,7 @@ impl Config {
         let dev_secret = env("SWITCHBOARD_DEV_SECRET");
         let uses_builtin = dev_secret.is_none();
         let with_fallback = |name: &str| match name {
-            "SWITCHBOARD_DEV_SECRET" => Some(
-                dev_secret
-                    .clone()
-                    .unwrap_or_else(|| BUILTIN_DEV_SECRET.to_string()),
-            ),
+            "SWITCHBOARD_DEV_SECRET" => Some(dev_secret.clone().unwrap_or_else(|| BUILTIN_DEV_SECRET.to_string())),
             other => env(other),
         };
         let mut config = Self::from_toml(EMBEDDED_DEFAULTS, &with_fallback)?;

@@ -3,10 +3,7 @@ use std::collections::HashMap;
 use super::*;
 
 fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     move |name| map.get(name).cloned()
 }
 
@@ -42,24 +39,15 @@ permission = "allow"
 
 #[test]
 fn a_good_file_validates_with_secrets_from_the_environment() {
-    let env = env_of(&[
-        ("ACME_SECRET", "0123456789abcdef0123"),
-        ("OPENAI_API_KEY", "sk-test"),
-    ]);
+    let env = env_of(&[("ACME_SECRET", "0123456789abcdef0123"), ("OPENAI_API_KEY", "sk-test")]);
     let config = Config::from_toml(GOOD, &env).expect("valid");
     assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
-    assert_eq!(
-        config.store.redis_url.as_deref(),
-        Some("redis://127.0.0.1:6379")
-    );
+    assert_eq!(config.store.redis_url.as_deref(), Some("redis://127.0.0.1:6379"));
     let acme = &config.tenants["acme"];
     assert_eq!(acme.jwt.hs256_secret.expose(), "0123456789abcdef0123");
     assert_eq!(acme.visible_models(&config.models), vec!["fast"]);
     assert_eq!(config.models["fast"].base_url, "http://127.0.0.1:9000/v1");
-    assert_eq!(
-        config.models["fast"].api_key.as_ref().unwrap().expose(),
-        "sk-test"
-    );
+    assert_eq!(config.models["fast"].api_key.as_ref().unwrap().expose(), "sk-test");
     assert_eq!(config.tools[0].permission, Permission::Allow);
 }
 
@@ -74,10 +62,7 @@ fn environment_overrides_win_over_the_file() {
     ]);
     let config = Config::from_toml(GOOD, &env).expect("valid");
     assert_eq!(config.server.listen.port(), 0);
-    assert_eq!(
-        config.store.redis_url.as_deref(),
-        Some("redis://10.0.0.1:6380")
-    );
+    assert_eq!(config.store.redis_url.as_deref(), Some("redis://10.0.0.1:6380"));
     assert_eq!(config.server.replica_id, "replica-b");
 }
 
@@ -101,21 +86,12 @@ permission = "sometimes"
 "#;
     let errors = Config::from_toml(text, &env_of(&[])).unwrap_err();
     let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(
-        paths,
-        vec![
-            "server.listn",
-            "models.fast.provider",
-            "tools[0].permission"
-        ],
-        "{errors}"
-    );
+    assert_eq!(paths, vec!["server.listn", "models.fast.provider", "tools[0].permission"], "{errors}");
 }
 
 #[test]
 fn a_type_error_names_its_field() {
-    let errors =
-        Config::from_toml("[server]\nmax_body_bytes = \"big\"\n", &env_of(&[])).unwrap_err();
+    let errors = Config::from_toml("[server]\nmax_body_bytes = \"big\"\n", &env_of(&[])).unwrap_err();
     assert_eq!(errors.0[0].path, "server.max_body_bytes", "{errors}");
 }
 
@@ -141,16 +117,7 @@ provider = "demo"
 "#;
     let errors = Config::from_toml(text, &env_of(&[])).unwrap_err();
     let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(
-        paths,
-        vec![
-            "store.redis_url",
-            "tenants[0].id",
-            "tenants[0].jwt",
-            "tenants[0].models[0]"
-        ],
-        "{errors}"
-    );
+    assert_eq!(paths, vec!["store.redis_url", "tenants[0].id", "tenants[0].jwt", "tenants[0].models[0]"], "{errors}");
 }
 
 #[test]
@@ -158,19 +125,10 @@ fn embedded_defaults_need_no_file_no_network_and_no_keys() {
     let config = Config::embedded_defaults(&env_of(&[])).expect("defaults are valid");
     assert!(config.uses_builtin_dev_secret);
     assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
-    assert!(
-        config.store.redis_url.is_none(),
-        "in-memory store by default"
-    );
-    assert_eq!(
-        config.tenants["dev"].jwt.hs256_secret.expose(),
-        BUILTIN_DEV_SECRET
-    );
+    assert!(config.store.redis_url.is_none(), "in-memory store by default");
+    assert_eq!(config.tenants["dev"].jwt.hs256_secret.expose(), BUILTIN_DEV_SECRET);
     assert_eq!(config.models["demo"].provider, ProviderKind::Demo);
-    assert_eq!(
-        config.tool("lookup_order").unwrap().target,
-        ToolTarget::BuiltinDemo
-    );
+    assert_eq!(config.tool("lookup_order").unwrap().target, ToolTarget::BuiltinDemo);
 }
 
 #[test]
@@ -178,10 +136,7 @@ fn the_dev_secret_comes_from_the_environment_when_set() {
     let env = env_of(&[("SWITCHBOARD_DEV_SECRET", "a-long-enough-dev-secret")]);
     let config = Config::embedded_defaults(&env).unwrap();
     assert!(!config.uses_builtin_dev_secret);
-    assert_eq!(
-        config.tenants["dev"].jwt.hs256_secret.expose(),
-        "a-long-enough-dev-secret"
-    );
+    assert_eq!(config.tenants["dev"].jwt.hs256_secret.expose(), "a-long-enough-dev-secret");
 }
 
 #[test]

@@ -5,8 +5,8 @@
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use super::{
-    AgentConfig, Config, ConfigErrors, EnvLookup, JwtConfig, ModelConfig, Permission, ProviderKind,
-    RateLimitConfig, Secret, ServerConfig, StoreConfig, TenantConfig, ToolConfig, ToolTarget,
+    AgentConfig, Config, ConfigErrors, EnvLookup, JwtConfig, ModelConfig, Permission, ProviderKind, RateLimitConfig,
+    Secret, ServerConfig, StoreConfig, TenantConfig, ToolConfig, ToolTarget,
     raw::{RawConfig, RawJwt, RawModel, RawTenant, RawTool},
 };
 
@@ -32,17 +32,10 @@ pub fn apply_env_overrides(raw: &mut RawConfig, env: EnvLookup<'_>) {
 }
 
 /// Validates `raw`; `errors` already holds the unknown keys found by the parse.
-pub fn validate(
-    raw: RawConfig,
-    mut errors: ConfigErrors,
-    env: EnvLookup<'_>,
-) -> Result<Config, ConfigErrors> {
+pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) -> Result<Config, ConfigErrors> {
     let listen = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
-        errors.push(
-            "server.listen",
-            format!("{listen:?} is not an address like 127.0.0.1:8080"),
-        );
+        errors.push("server.listen", format!("{listen:?} is not an address like 127.0.0.1:8080"));
         SocketAddr::from(([127, 0, 0, 1], 8080))
     });
     let replica_id = raw.server.replica_id.unwrap_or_else(default_replica_id);
@@ -50,21 +43,10 @@ pub fn validate(
     let server = ServerConfig {
         listen,
         replica_id,
-        max_body_bytes: positive(
-            &mut errors,
-            "server.max_body_bytes",
-            raw.server.max_body_bytes,
-        )
-        .unwrap_or(DEFAULT_MAX_BODY_BYTES) as usize,
+        max_body_bytes: positive(&mut errors, "server.max_body_bytes", raw.server.max_body_bytes)
+            .unwrap_or(DEFAULT_MAX_BODY_BYTES) as usize,
         shutdown_grace: secs(raw.server.shutdown_grace_secs, 10),
-        heartbeat: secs(
-            positive(
-                &mut errors,
-                "server.heartbeat_secs",
-                raw.server.heartbeat_secs,
-            ),
-            15,
-        ),
+        heartbeat: secs(positive(&mut errors, "server.heartbeat_secs", raw.server.heartbeat_secs), 15),
     };
 
     if let Some(url) = &raw.store.redis_url
@@ -75,46 +57,16 @@ pub fn validate(
     let store = StoreConfig {
         redis_url: raw.store.redis_url,
         key_prefix: raw.store.key_prefix.unwrap_or_else(|| "sb:".to_string()),
-        session_ttl: secs(
-            positive(
-                &mut errors,
-                "store.session_ttl_secs",
-                raw.store.session_ttl_secs,
-            ),
-            86_400,
-        ),
-        event_log_max_len: positive(
-            &mut errors,
-            "store.event_log_max_len",
-            raw.store.event_log_max_len,
-        )
-        .unwrap_or(10_000),
-        lease_ttl: secs(
-            positive(
-                &mut errors,
-                "store.lease_ttl_secs",
-                raw.store.lease_ttl_secs,
-            ),
-            10,
-        ),
+        session_ttl: secs(positive(&mut errors, "store.session_ttl_secs", raw.store.session_ttl_secs), 86_400),
+        event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)
+            .unwrap_or(10_000),
+        lease_ttl: secs(positive(&mut errors, "store.lease_ttl_secs", raw.store.lease_ttl_secs), 10),
     };
 
     let agent = AgentConfig {
-        max_iterations: positive(
-            &mut errors,
-            "agent.max_iterations",
-            raw.agent.max_iterations,
-        )
-        .unwrap_or(20),
+        max_iterations: positive(&mut errors, "agent.max_iterations", raw.agent.max_iterations).unwrap_or(20),
         max_depth: raw.agent.max_depth.unwrap_or(2),
-        relay_timeout: secs(
-            positive(
-                &mut errors,
-                "agent.relay_timeout_secs",
-                raw.agent.relay_timeout_secs,
-            ),
-            300,
-        ),
+        relay_timeout: secs(positive(&mut errors, "agent.relay_timeout_secs", raw.agent.relay_timeout_secs), 300),
     };
 
     let mut models = BTreeMap::new();
@@ -137,10 +89,7 @@ pub fn validate(
         let path = format!("tenants[{i}]");
         if let Some(tenant) = validate_tenant(&mut errors, &path, tenant, &models, env) {
             if tenants.contains_key(&tenant.id) {
-                errors.push(
-                    format!("{path}.id"),
-                    format!("duplicate tenant id {:?}", tenant.id),
-                );
+                errors.push(format!("{path}.id"), format!("duplicate tenant id {:?}", tenant.id));
             }
             tenants.insert(tenant.id.clone(), tenant);
         }
@@ -151,24 +100,13 @@ pub fn validate(
         let path = format!("tools[{i}]");
         if let Some(tool) = validate_tool(&mut errors, &path, tool) {
             if tools.iter().any(|t| t.name == tool.name) {
-                errors.push(
-                    format!("{path}.name"),
-                    format!("duplicate tool name {:?}", tool.name),
-                );
+                errors.push(format!("{path}.name"), format!("duplicate tool name {:?}", tool.name));
             }
             tools.push(tool);
         }
     }
 
-    errors.into_result(Config {
-        server,
-        store,
-        agent,
-        tenants,
-        models,
-        tools,
-        uses_builtin_dev_secret: false,
-    })
+    errors.into_result(Config { server, store, agent, tenants, models, tools, uses_builtin_dev_secret: false })
 }
 
 fn validate_model(
@@ -185,9 +123,7 @@ fn validate_model(
         Some(other) => {
             errors.push(
                 format!("{path}.provider"),
-                format!(
-                    "unknown provider {other:?}; expected openai-compatible, anthropic or demo"
-                ),
+                format!("unknown provider {other:?}; expected openai-compatible, anthropic or demo"),
             );
             return None;
         }
@@ -199,10 +135,7 @@ fn validate_model(
     let base_url = match (provider, raw.base_url) {
         (_, Some(url)) => {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                errors.push(
-                    format!("{path}.base_url"),
-                    "must be an http:// or https:// URL",
-                );
+                errors.push(format!("{path}.base_url"), "must be an http:// or https:// URL");
             }
             url.trim_end_matches('/').to_string()
         }
@@ -218,16 +151,11 @@ fn validate_model(
             String::new()
         }
     };
-    let api_key = raw
-        .api_key_env
-        .and_then(|var| env_secret(errors, &format!("{path}.api_key_env"), &var, env));
+    let api_key = raw.api_key_env.and_then(|var| env_secret(errors, &format!("{path}.api_key_env"), &var, env));
     let context_window = raw.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
     let max_output_tokens = raw.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
     if max_output_tokens >= context_window {
-        errors.push(
-            format!("{path}.max_output_tokens"),
-            "must be smaller than context_window",
-        );
+        errors.push(format!("{path}.max_output_tokens"), "must be smaller than context_window");
     }
     Some(ModelConfig {
         alias: alias.to_string(),
@@ -252,56 +180,31 @@ fn validate_tenant(
     let jwt = match raw.jwt {
         Some(jwt) => validate_jwt(errors, &format!("{path}.jwt"), jwt, env),
         None => {
-            errors.push(
-                format!("{path}.jwt"),
-                "required: hs256_secret or hs256_secret_env",
-            );
+            errors.push(format!("{path}.jwt"), "required: hs256_secret or hs256_secret_env");
             None
         }
     };
     let rate_limit = raw.rate_limit.and_then(|rl| {
         let rps = rl.requests_per_second.filter(|&n| n > 0);
         if rps.is_none() {
-            errors.push(
-                format!("{path}.rate_limit.requests_per_second"),
-                "must be a positive integer",
-            );
+            errors.push(format!("{path}.rate_limit.requests_per_second"), "must be a positive integer");
         }
         if rl.burst == Some(0) {
-            errors.push(
-                format!("{path}.rate_limit.burst"),
-                "must be a positive integer",
-            );
+            errors.push(format!("{path}.rate_limit.burst"), "must be a positive integer");
         }
-        rps.map(|rps| RateLimitConfig {
-            requests_per_second: rps,
-            burst: rl.burst.unwrap_or(rps).max(1),
-        })
+        rps.map(|rps| RateLimitConfig { requests_per_second: rps, burst: rl.burst.unwrap_or(rps).max(1) })
     });
     if let Some(list) = &raw.models {
         for (j, alias) in list.iter().enumerate() {
             if !models.contains_key(alias) {
-                errors.push(
-                    format!("{path}.models[{j}]"),
-                    format!("no model alias {alias:?} is configured"),
-                );
+                errors.push(format!("{path}.models[{j}]"), format!("no model alias {alias:?} is configured"));
             }
         }
     }
-    Some(TenantConfig {
-        id,
-        jwt: jwt?,
-        rate_limit,
-        models: raw.models,
-    })
+    Some(TenantConfig { id, jwt: jwt?, rate_limit, models: raw.models })
 }
 
-fn validate_jwt(
-    errors: &mut ConfigErrors,
-    path: &str,
-    raw: RawJwt,
-    env: EnvLookup<'_>,
-) -> Option<JwtConfig> {
+fn validate_jwt(errors: &mut ConfigErrors, path: &str, raw: RawJwt, env: EnvLookup<'_>) -> Option<JwtConfig> {
     let secret = match (raw.hs256_secret, raw.hs256_secret_env) {
         (Some(s), None) => Some(Secret::new(s)),
         (None, Some(var)) => env_secret(errors, &format!("{path}.hs256_secret_env"), &var, env),
@@ -317,10 +220,7 @@ fn validate_jwt(
     if let Some(s) = &secret
         && s.expose().len() < MIN_HS256_SECRET_LEN
     {
-        errors.push(
-            path,
-            format!("the HS256 secret must be at least {MIN_HS256_SECRET_LEN} bytes"),
-        );
+        errors.push(path, format!("the HS256 secret must be at least {MIN_HS256_SECRET_LEN} bytes"));
     }
     Some(JwtConfig {
         hs256_secret: secret?,
@@ -342,10 +242,7 @@ fn validate_tool(errors: &mut ConfigErrors, path: &str, raw: RawTool) -> Option<
         }
         (None, Some("demo")) => Some(ToolTarget::BuiltinDemo),
         (None, Some(other)) => {
-            errors.push(
-                format!("{path}.builtin"),
-                format!("unknown builtin {other:?}; only \"demo\" exists"),
-            );
+            errors.push(format!("{path}.builtin"), format!("unknown builtin {other:?}; only \"demo\" exists"));
             None
         }
         (Some(_), Some(_)) => {
@@ -362,10 +259,7 @@ fn validate_tool(errors: &mut ConfigErrors, path: &str, raw: RawTool) -> Option<
         Some("allow") => Some(Permission::Allow),
         Some("deny") => Some(Permission::Deny),
         Some(other) => {
-            errors.push(
-                format!("{path}.permission"),
-                format!("{other:?} is not one of allow, ask, deny"),
-            );
+            errors.push(format!("{path}.permission"), format!("{other:?} is not one of allow, ask, deny"));
             None
         }
     };
@@ -373,10 +267,7 @@ fn validate_tool(errors: &mut ConfigErrors, path: &str, raw: RawTool) -> Option<
         None => Some(serde_json::json!({"type": "object", "properties": {}})),
         Some(toml::Value::Table(table)) => serde_json::to_value(table).ok(),
         Some(_) => {
-            errors.push(
-                format!("{path}.parameters"),
-                "must be a table (a JSON Schema object)",
-            );
+            errors.push(format!("{path}.parameters"), "must be a table (a JSON Schema object)");
             None
         }
     };
@@ -386,19 +277,11 @@ fn validate_tool(errors: &mut ConfigErrors, path: &str, raw: RawTool) -> Option<
         parameters: parameters?,
         target: target?,
         permission: permission?,
-        timeout: secs(
-            positive(errors, &format!("{path}.timeout_secs"), raw.timeout_secs),
-            30,
-        ),
+        timeout: secs(positive(errors, &format!("{path}.timeout_secs"), raw.timeout_secs), 30),
     })
 }
 
-fn env_secret(
-    errors: &mut ConfigErrors,
-    path: &str,
-    var: &str,
-    env: EnvLookup<'_>,
-) -> Option<Secret> {
+fn env_secret(errors: &mut ConfigErrors, path: &str, var: &str, env: EnvLookup<'_>) -> Option<Secret> {
     match env(var) {
         Some(value) => Some(Secret::new(value)),
         None => {
@@ -412,14 +295,9 @@ fn env_secret(
 fn check_identifier(errors: &mut ConfigErrors, path: &str, value: &str) {
     let ok = !value.is_empty()
         && value.len() <= 64
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !ok {
-        errors.push(
-            path,
-            format!("{value:?} must be 1-64 characters of A-Z a-z 0-9 - _ ."),
-        );
+        errors.push(path, format!("{value:?} must be 1-64 characters of A-Z a-z 0-9 - _ ."));
     }
 }
 
@@ -428,24 +306,15 @@ fn check_identifier(errors: &mut ConfigErrors, path: &str, value: &str) {
 fn check_tool_name(errors: &mut ConfigErrors, path: &str, name: &str) {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
     if !ok {
-        errors.push(
-            path,
-            format!("{name:?} must be 1-64 characters of A-Z a-z 0-9 - _"),
-        );
+        errors.push(path, format!("{name:?} must be 1-64 characters of A-Z a-z 0-9 - _"));
     } else if name == "agent" {
         errors.push(path, "\"agent\" is reserved for the subagent tool");
     }
 }
 
-fn positive<T: Copy + Default + PartialOrd>(
-    errors: &mut ConfigErrors,
-    path: &str,
-    value: Option<T>,
-) -> Option<T> {
+fn positive<T: Copy + Default + PartialOrd>(errors: &mut ConfigErrors, path: &str, value: Option<T>) -> Option<T> {
     match value {
         Some(v) if v <= T::default() => {
             errors.push(path, "must be a positive integer");
@@ -465,10 +334,6 @@ fn default_replica_id() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "switchboard".to_string());
-    let host: String = host
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .take(48)
-        .collect();
+    let host: String = host.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(48).collect();
     format!("{host}-{}", std::process::id())
 }

@@ -15,8 +15,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, stream};
 
 use super::{
-    ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError,
-    Role, Usage,
+    ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role, Usage,
 };
 
 /// Gap between streamed words, so a terminal shows the stream happening.
@@ -30,9 +29,7 @@ pub struct DemoProvider {
 
 impl Default for DemoProvider {
     fn default() -> Self {
-        Self {
-            word_delay: DEFAULT_WORD_DELAY,
-        }
+        Self { word_delay: DEFAULT_WORD_DELAY }
     }
 }
 
@@ -81,21 +78,14 @@ fn respond(request: &ModelRequest) -> Vec<ModelEvent> {
                     }
                     None => String::new(),
                 };
-                push_words(
-                    &mut events,
-                    &format!("Demo model here. You said: {text}.{hint}"),
-                );
+                push_words(&mut events, &format!("Demo model here. You said: {text}.{hint}"));
                 FinishReason::Stop
             } else {
                 let first_id = prior_tool_calls(&request.messages) + 1;
                 for (i, (name, args)) in calls.into_iter().enumerate() {
                     let index = i as u32;
                     let id = format!("call_demo_{}", first_id + i);
-                    events.push(ModelEvent::ToolCallStart {
-                        index,
-                        id,
-                        name: name.to_string(),
-                    });
+                    events.push(ModelEvent::ToolCallStart { index, id, name: name.to_string() });
                     for fragment in fragments(&args, ARGUMENT_FRAGMENTS) {
                         events.push(ModelEvent::ToolCallDelta { index, fragment });
                     }
@@ -122,11 +112,7 @@ fn push_words(events: &mut Vec<ModelEvent>, text: &str) {
     let words: Vec<&str> = text.split(' ').collect();
     let last = words.len().saturating_sub(1);
     for (i, word) in words.into_iter().enumerate() {
-        let delta = if i == last {
-            word.to_string()
-        } else {
-            format!("{word} ")
-        };
+        let delta = if i == last { word.to_string() } else { format!("{word} ") };
         events.push(ModelEvent::TextDelta(delta));
     }
 }
@@ -137,9 +123,7 @@ fn requested_calls<'a>(text: &str, offered: &[&'a str]) -> Vec<(&'a str, String)
     let mut rest = text;
     while let Some(pos) = rest.find("use ") {
         rest = &rest[pos + 4..];
-        let name_len = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-            .unwrap_or(rest.len());
+        let name_len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).unwrap_or(rest.len());
         let Some(tool) = offered.iter().find(|t| **t == &rest[..name_len]) else {
             continue;
         };
@@ -196,26 +180,13 @@ fn prior_tool_calls(messages: &[ChatMessage]) -> usize {
 
 /// "The tool answered: …" for the tool results after the last assistant turn.
 fn describe_results(messages: &[ChatMessage]) -> String {
-    let results: Vec<&ChatMessage> = messages
-        .iter()
-        .rev()
-        .take_while(|m| m.role == Role::Tool)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let results: Vec<&ChatMessage> =
+        messages.iter().rev().take_while(|m| m.role == Role::Tool).collect::<Vec<_>>().into_iter().rev().collect();
     let parts: Vec<String> = results
         .iter()
         .map(|m| {
-            let name = tool_name_of(messages, m.tool_call_id.as_deref().unwrap_or_default())
-                .unwrap_or("the tool");
-            let text: String = m
-                .content
-                .as_deref()
-                .unwrap_or_default()
-                .chars()
-                .take(200)
-                .collect();
+            let name = tool_name_of(messages, m.tool_call_id.as_deref().unwrap_or_default()).unwrap_or("the tool");
+            let text: String = m.content.as_deref().unwrap_or_default().chars().take(200).collect();
             format!("{name} answered: {text}")
         })
         .collect();
@@ -223,19 +194,12 @@ fn describe_results(messages: &[ChatMessage]) -> String {
 }
 
 fn tool_name_of<'a>(messages: &'a [ChatMessage], call_id: &str) -> Option<&'a str> {
-    messages
-        .iter()
-        .flat_map(|m| &m.tool_calls)
-        .find(|c| c.id == call_id)
-        .map(|c| c.name.as_str())
+    messages.iter().flat_map(|m| &m.tool_calls).find(|c| c.id == call_id).map(|c| c.name.as_str())
 }
 
 /// About four characters per token: good enough for a demo's usage numbers.
 fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
-    let chars: usize = messages
-        .iter()
-        .map(|m| m.content.as_deref().map_or(0, str::len))
-        .sum();
+    let chars: usize = messages.iter().map(|m| m.content.as_deref().map_or(0, str::len)).sum();
     (chars as u64).div_ceil(4)
 }
 
@@ -265,25 +229,13 @@ mod tests {
     }
 
     fn text_of(events: &[ModelEvent]) -> String {
-        events
-            .iter()
-            .filter_map(|e| {
-                if let ModelEvent::TextDelta(t) = e {
-                    Some(t.as_str())
-                } else {
-                    None
-                }
-            })
-            .collect()
+        events.iter().filter_map(|e| if let ModelEvent::TextDelta(t) = e { Some(t.as_str()) } else { None }).collect()
     }
 
     #[tokio::test]
     async fn a_plain_message_is_echoed_a_word_at_a_time() {
         let events = collect(request(vec![ChatMessage::text(Role::User, "hello there")])).await;
-        let deltas = events
-            .iter()
-            .filter(|e| matches!(e, ModelEvent::TextDelta(_)))
-            .count();
+        let deltas = events.iter().filter(|e| matches!(e, ModelEvent::TextDelta(_))).count();
         assert!(deltas > 3, "one delta per word");
         assert!(text_of(&events).contains("You said: hello there."));
         assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
@@ -291,58 +243,35 @@ mod tests {
 
     #[tokio::test]
     async fn asking_for_an_offered_tool_yields_a_streamed_tool_call() {
-        let events = collect(request(vec![ChatMessage::text(
-            Role::User,
-            r#"please use lookup_order with {"id": "42"} now"#,
-        )]))
-        .await;
+        let events =
+            collect(request(vec![ChatMessage::text(Role::User, r#"please use lookup_order with {"id": "42"} now"#)]))
+                .await;
         assert_eq!(
             events[0],
-            ModelEvent::ToolCallStart {
-                index: 0,
-                id: "call_demo_1".into(),
-                name: "lookup_order".into()
-            }
+            ModelEvent::ToolCallStart { index: 0, id: "call_demo_1".into(), name: "lookup_order".into() }
         );
-        let args: String = events
-            .iter()
-            .filter_map(|e| {
-                if let ModelEvent::ToolCallDelta { fragment, .. } = e {
-                    Some(fragment.as_str())
-                } else {
-                    None
-                }
-            })
-            .collect();
+        let args: String =
+            events
+                .iter()
+                .filter_map(|e| {
+                    if let ModelEvent::ToolCallDelta { fragment, .. } = e { Some(fragment.as_str()) } else { None }
+                })
+                .collect();
         assert_eq!(args, r#"{"id":"42"}"#);
-        assert_eq!(
-            events.last(),
-            Some(&ModelEvent::Finish(FinishReason::ToolCalls))
-        );
+        assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::ToolCalls)));
     }
 
     #[tokio::test]
     async fn a_tool_that_is_not_offered_is_not_called() {
-        let events = collect(request(vec![ChatMessage::text(
-            Role::User,
-            "use rm_rf with {}",
-        )]))
-        .await;
-        assert!(
-            !events
-                .iter()
-                .any(|e| matches!(e, ModelEvent::ToolCallStart { .. }))
-        );
+        let events = collect(request(vec![ChatMessage::text(Role::User, "use rm_rf with {}")])).await;
+        assert!(!events.iter().any(|e| matches!(e, ModelEvent::ToolCallStart { .. })));
     }
 
     #[tokio::test]
     async fn tool_results_are_quoted_back() {
         let mut assistant = ChatMessage::text(Role::Assistant, "");
-        assistant.tool_calls = vec![ToolCall {
-            id: "call_demo_1".into(),
-            name: "lookup_order".into(),
-            arguments: "{}".into(),
-        }];
+        assistant.tool_calls =
+            vec![ToolCall { id: "call_demo_1".into(), name: "lookup_order".into(), arguments: "{}".into() }];
         let events = collect(request(vec![
             ChatMessage::text(Role::User, "use lookup_order"),
             assistant,

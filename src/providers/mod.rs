@@ -31,11 +31,7 @@ pub trait ModelProvider: Send + Sync {
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ProviderError {
     #[error("upstream answered HTTP {status}")]
-    Http {
-        status: u16,
-        retry_after: Option<u64>,
-        message: String,
-    },
+    Http { status: u16, retry_after: Option<u64>, message: String },
     #[error("upstream rate limit")]
     RateLimited { retry_after: Option<u64> },
     #[error("upstream timed out ({0})")]

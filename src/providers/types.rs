@@ -29,19 +29,10 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn text(role: Role, content: impl Into<String>) -> Self {
-        Self {
-            role,
-            content: Some(content.into()),
-            images: vec![],
-            tool_calls: vec![],
-            tool_call_id: None,
-        }
+        Self { role, content: Some(content.into()), images: vec![], tool_calls: vec![], tool_call_id: None }
     }
     pub fn tool_result(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            tool_call_id: Some(tool_call_id.into()),
-            ..Self::text(Role::Tool, content)
-        }
+        Self { tool_call_id: Some(tool_call_id.into()), ..Self::text(Role::Tool, content) }
     }
 }
 

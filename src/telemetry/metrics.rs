@@ -34,42 +34,24 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("switchboard");
         let http_requests = Family::<HttpLabels, Counter>::default();
-        registry.register(
-            "http_requests",
-            "HTTP requests answered, by route and status",
-            http_requests.clone(),
-        );
+        registry.register("http_requests", "HTTP requests answered, by route and status", http_requests.clone());
         let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             // 1 ms .. ~33 s; streams are measured to their first byte.
-            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                0.001, 2.0, 16,
-            ))
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16))
         });
         registry.register(
             "http_request_duration_seconds",
             "Time until the response head was sent",
             http_duration.clone(),
         );
-        Self {
-            registry,
-            http_requests,
-            http_duration,
-        }
+        Self { registry, http_requests, http_duration }
     }
 
     pub fn observe_http(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
         self.http_requests
-            .get_or_create(&HttpLabels {
-                route: route.to_string(),
-                method: method.to_string(),
-                status,
-            })
+            .get_or_create(&HttpLabels { route: route.to_string(), method: method.to_string(), status })
             .inc();
-        self.http_duration
-            .get_or_create(&RouteLabels {
-                route: route.to_string(),
-            })
-            .observe(elapsed.as_secs_f64());
+        self.http_duration.get_or_create(&RouteLabels { route: route.to_string() }).observe(elapsed.as_secs_f64());
     }
 
     /// The OpenMetrics text exposition.

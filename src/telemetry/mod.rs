@@ -16,19 +16,10 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 /// calls do nothing), which tests rely on.
 pub fn init_logging() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let json =
-        std::env::var("SWITCHBOARD_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
+    let json = std::env::var("SWITCHBOARD_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let registry = tracing_subscriber::registry().with(filter);
     let result = if json {
-        registry
-            .with(
-                fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_current_span(true)
-                    .with_span_list(false),
-            )
-            .try_init()
+        registry.with(fmt::layer().json().flatten_event(true).with_current_span(true).with_span_list(false)).try_init()
     } else {
         registry.with(fmt::layer().with_target(false)).try_init()
     };

@@ -6,9 +6,7 @@ use crate::helpers::{GLOBEX_SECRET, assert_error, spawn_app};
 #[tokio::test]
 async fn a_valid_token_lists_the_tenants_models() {
     let app = spawn_app().await;
-    let response = app
-        .get_holmes_models(Some(&app.token("acme", "alice")))
-        .await;
+    let response = app.get_holmes_models(Some(&app.token("acme", "alice"))).await;
     assert_eq!(response.status(), StatusCode::OK);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body, json!({"model_name": ["demo", "mock"]}));
@@ -18,12 +16,7 @@ async fn a_valid_token_lists_the_tenants_models() {
 async fn a_tenant_sees_only_its_own_models_in_both_dialects() {
     let app = spawn_app().await;
     let token = app.token("globex", "bob");
-    let holmes: Value = app
-        .get_holmes_models(Some(&token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let holmes: Value = app.get_holmes_models(Some(&token)).await.json().await.unwrap();
     assert_eq!(holmes, json!({"model_name": ["demo"]}));
     let gateway: Value = app.get("/models", Some(&token)).await.json().await.unwrap();
     assert_eq!(gateway, json!({"models": ["demo"], "defaultModel": "demo"}));
@@ -35,24 +28,13 @@ async fn a_tenant_sees_only_its_own_models_in_both_dialects() {
 async fn bad_credentials_get_401_and_never_reach_the_upstream() {
     let app = spawn_app().await;
     // Expired an hour ago: well past the 30 s leeway.
-    let expired = sign_hs256(
-        crate::helpers::ACME_SECRET,
-        &json!({"sub": "a", "tenant": "acme", "exp": now() - 3600}),
-    );
+    let expired = sign_hs256(crate::helpers::ACME_SECRET, &json!({"sub": "a", "tenant": "acme", "exp": now() - 3600}));
     // Signed with globex's secret but claiming tenant acme.
-    let foreign = sign_hs256(
-        GLOBEX_SECRET,
-        &json!({"sub": "mallory", "tenant": "acme", "exp": far_future()}),
-    );
-    let wrong_secret = sign_hs256(
-        "some-other-secret-0123456789",
-        &json!({"sub": "x", "tenant": "acme", "exp": far_future()}),
-    );
+    let foreign = sign_hs256(GLOBEX_SECRET, &json!({"sub": "mallory", "tenant": "acme", "exp": far_future()}));
+    let wrong_secret =
+        sign_hs256("some-other-secret-0123456789", &json!({"sub": "x", "tenant": "acme", "exp": far_future()}));
     let unsigned = unsigned_token(&json!({"sub": "x", "tenant": "acme", "exp": far_future()}));
-    let no_tenant = sign_hs256(
-        crate::helpers::ACME_SECRET,
-        &json!({"sub": "x", "exp": far_future()}),
-    );
+    let no_tenant = sign_hs256(crate::helpers::ACME_SECRET, &json!({"sub": "x", "exp": far_future()}));
     let cases: Vec<(&str, Option<String>)> = vec![
         ("no token", None),
         ("malformed", Some("not.a.jwt".to_string())),
@@ -65,27 +47,13 @@ async fn bad_credentials_get_401_and_never_reach_the_upstream() {
     for (name, token) in &cases {
         for path in ["/api/model", "/models"] {
             let response = app.get(path, token.as_deref()).await;
-            assert_eq!(
-                response.status(),
-                StatusCode::UNAUTHORIZED,
-                "{name} on {path}"
-            );
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{name} on {path}");
         }
         let response = app.get("/api/model", token.as_deref()).await;
         let body = assert_error(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
         assert!(!body.to_string().contains("secret"), "{name}: {body}");
-        let chat = app
-            .post_json(
-                "/api/chat",
-                token.as_deref(),
-                &json!({"ask": "hi", "model": "mock"}),
-            )
-            .await;
-        assert_eq!(
-            chat.status(),
-            StatusCode::UNAUTHORIZED,
-            "{name} on /api/chat"
-        );
+        let chat = app.post_json("/api/chat", token.as_deref(), &json!({"ask": "hi", "model": "mock"})).await;
+        assert_eq!(chat.status(), StatusCode::UNAUTHORIZED, "{name} on /api/chat");
     }
     assert_eq!(app.upstream.calls(), 0, "no request reached the model");
 }
@@ -93,16 +61,8 @@ async fn bad_credentials_get_401_and_never_reach_the_upstream() {
 #[tokio::test]
 async fn an_expired_token_is_told_so() {
     let app = spawn_app().await;
-    let token = sign_hs256(
-        crate::helpers::ACME_SECRET,
-        &json!({"sub": "a", "tenant": "acme", "exp": now() - 3600}),
-    );
-    let body = assert_error(
-        app.get("/api/model", Some(&token)).await,
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-    )
-    .await;
+    let token = sign_hs256(crate::helpers::ACME_SECRET, &json!({"sub": "a", "tenant": "acme", "exp": now() - 3600}));
+    let body = assert_error(app.get("/api/model", Some(&token)).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
     assert_eq!(body["error"]["message"], "token has expired");
 }
 
@@ -116,10 +76,7 @@ async fn llm_gateway_routes_answer_errors_in_their_own_shape() {
 }
 
 fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
 }
 
 fn far_future() -> u64 {

@@ -6,9 +6,7 @@ use switchboard::{auth::Authenticator, config::Config};
 
 fn switchboard() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
-    command
-        .env_remove("SWITCHBOARD_CONFIG")
-        .env_remove("SWITCHBOARD_DEV_SECRET");
+    command.env_remove("SWITCHBOARD_CONFIG").env_remove("SWITCHBOARD_DEV_SECRET");
     command
 }
 
@@ -38,20 +36,11 @@ url = "http://127.0.0.1:9/"
 permision = "allow"
 "#,
     );
-    let output = switchboard()
-        .arg("check-config")
-        .arg("--config")
-        .arg(file.path())
-        .output()
-        .unwrap();
+    let output = switchboard().arg("check-config").arg("--config").arg(file.path()).output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("3 error(s)"), "{stderr}");
-    for path in [
-        "server.listen:",
-        "models.fast.provider:",
-        "tools.0.permision: unknown key",
-    ] {
+    for path in ["server.listen:", "models.fast.provider:", "tools.0.permision: unknown key"] {
         assert!(stderr.contains(path), "missing {path} in:\n{stderr}");
     }
 }
@@ -67,31 +56,15 @@ jwt = { hs256_secret = "0123456789abcdef" }
 provider = "demo"
 "#,
     );
-    let output = switchboard()
-        .arg("check-config")
-        .arg("--config")
-        .arg(file.path())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output = switchboard().arg("check-config").arg("--config").arg(file.path()).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let output = switchboard().arg("check-config").output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
 #[test]
 fn the_shipped_example_configuration_is_valid() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/switchboard.example.toml"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/switchboard.example.toml");
     let output = switchboard()
         .arg("check-config")
         .arg("--config")
@@ -101,38 +74,22 @@ fn the_shipped_example_configuration_is_valid() {
         .env("ANTHROPIC_API_KEY", "sk-ant-example")
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
 #[test]
 fn token_prints_a_jwt_the_same_configuration_accepts() {
-    let output = switchboard()
-        .args(["token", "--tenant", "dev", "--subject", "newcomer"])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output = switchboard().args(["token", "--tenant", "dev", "--subject", "newcomer"]).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let token = String::from_utf8(output.stdout).unwrap();
     let config = Config::embedded_defaults(&|_| None).unwrap();
-    let principal = Authenticator::from_config(&config)
-        .verify(token.trim())
-        .expect("the token verifies");
+    let principal = Authenticator::from_config(&config).verify(token.trim()).expect("the token verifies");
     assert_eq!(&*principal.tenant, "dev");
     assert_eq!(principal.subject, "newcomer");
 }
 
 #[test]
 fn token_for_an_unknown_tenant_fails() {
-    let output = switchboard()
-        .args(["token", "--tenant", "nobody", "--subject", "x"])
-        .output()
-        .unwrap();
+    let output = switchboard().args(["token", "--tenant", "nobody", "--subject", "x"]).output().unwrap();
     assert!(!output.status.success());
 }

@@ -23,34 +23,20 @@ async fn readyz_answers_200_when_redis_answers() {
 #[tokio::test]
 async fn readyz_answers_503_with_a_clear_body_when_redis_is_unreachable() {
     // Nothing listens on port 1: connections are refused at once.
-    let app = spawn_app_with(AppOptions {
-        redis_url: Some("redis://127.0.0.1:1".to_string()),
-        ..AppOptions::default()
-    })
-    .await;
+    let app =
+        spawn_app_with(AppOptions { redis_url: Some("redis://127.0.0.1:1".to_string()), ..AppOptions::default() })
+            .await;
     let response = app.get_readyz().await;
     assert!(response.headers().contains_key("retry-after"));
-    let body = assert_error(
-        response,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-    )
-    .await;
-    assert!(
-        body["error"]["message"].as_str().unwrap().contains("redis"),
-        "{body}"
-    );
+    let body = assert_error(response, StatusCode::SERVICE_UNAVAILABLE, "store_unavailable").await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("redis"), "{body}");
     // Liveness is not readiness: the process itself is fine.
     assert_eq!(app.get_healthz().await.status(), StatusCode::OK);
 }
 
 #[tokio::test]
 async fn the_in_memory_store_is_always_ready() {
-    let app = spawn_app_with(AppOptions {
-        redis_url: None,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_with(AppOptions { redis_url: None, ..AppOptions::default() }).await;
     let body: Value = app.get_readyz().await.json().await.unwrap();
     assert_eq!(body["store"], "memory");
 }
@@ -64,15 +50,11 @@ async fn metrics_are_public_and_count_requests_by_route_and_status() {
     assert_eq!(response.status(), StatusCode::OK);
     let text = response.text().await.unwrap();
     assert!(
-        text.contains(
-            r#"switchboard_http_requests_total{route="/healthz",method="GET",status="200"} 1"#
-        ),
+        text.contains(r#"switchboard_http_requests_total{route="/healthz",method="GET",status="200"} 1"#),
         "{text}"
     );
     assert!(
-        text.contains(
-            r#"switchboard_http_requests_total{route="/api/model",method="GET",status="401"} 1"#
-        ),
+        text.contains(r#"switchboard_http_requests_total{route="/api/model",method="GET",status="401"} 1"#),
         "{text}"
     );
 }
@@ -88,23 +70,7 @@ async fn a_graceful_stop_completes() {
 async fn unknown_paths_and_methods_get_json_errors() {
     let app = spawn_app().await;
     let token = app.token("acme", "alice");
-    assert_error(
-        app.get("/nope", Some(&token)).await,
-        StatusCode::NOT_FOUND,
-        "not_found",
-    )
-    .await;
-    let response = app
-        .client
-        .delete(app.url("/api/model"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
-    assert_error(
-        response,
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-    )
-    .await;
+    assert_error(app.get("/nope", Some(&token)).await, StatusCode::NOT_FOUND, "not_found").await;
+    let response = app.client.delete(app.url("/api/model")).bearer_auth(&token).send().await.unwrap();
+    assert_error(response, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
 }

@@ -6,7 +6,12 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use reqwest::{Response, StatusCode};
 use serde_json::Value;
-use switchboard::{app::Application, auth, config::Config};
+use switchboard::{
+    app::Application,
+    auth,
+    config::Config,
+    sessions::{Sessions, TurnRunner},
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -14,8 +19,7 @@ use crate::support::mock_upstream::MockUpstream;
 
 /// Redis used by the tests; `.ci/run` makes sure one answers here.
 pub fn redis_url() -> String {
-    std::env::var("SWITCHBOARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+    std::env::var("SWITCHBOARD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
 }
 
 pub const ACME_SECRET: &str = "acme-test-secret-0123456789";
@@ -30,6 +34,10 @@ pub struct AppOptions {
     pub replica_id: String,
     /// Extra TOML appended to the test configuration.
     pub extra_toml: String,
+    /// Runs turns instead of the orchestrator.
+    pub runner: Option<Arc<dyn TurnRunner>>,
+    pub lease_ttl_secs: u64,
+    pub event_log_max_len: u64,
 }
 
 impl Default for AppOptions {
@@ -39,6 +47,9 @@ impl Default for AppOptions {
             key_prefix: unique_prefix(),
             replica_id: "a".to_string(),
             extra_toml: String::new(),
+            runner: None,
+            lease_ttl_secs: 10,
+            event_log_max_len: 10_000,
         }
     }
 }
@@ -52,6 +63,7 @@ pub struct TestApp {
     pub config: Arc<Config>,
     pub client: reqwest::Client,
     pub upstream: Arc<MockUpstream>,
+    pub sessions: Sessions,
     shutdown: CancellationToken,
     server: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -83,6 +95,8 @@ shutdown_grace_secs = 2
 
 [store]
 {store}key_prefix = "{prefix}"
+lease_ttl_secs = {lease_ttl}
+event_log_max_len = {max_len}
 
 [[tenants]]
 id = "acme"
@@ -107,22 +121,18 @@ model = "mock-model"
         prefix = options.key_prefix,
         upstream = upstream.base_url(),
         extra = options.extra_toml,
+        lease_ttl = options.lease_ttl_secs,
+        max_len = options.event_log_max_len,
     );
     let config = Config::from_toml(&text, &|_| None).expect("the test configuration is valid");
-    let app = Application::build(config).await.expect("the app starts");
+    let app = Application::build_with_runner(config, options.runner).await.expect("the app starts");
     let addr = app.local_addr();
     let config = app.state().config.clone();
+    let sessions = app.state().sessions.clone();
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let server = tokio::spawn(app.run_until_stopped(async move { stop.cancelled().await }));
-    TestApp {
-        addr,
-        config,
-        client: reqwest::Client::new(),
-        upstream,
-        shutdown,
-        server: Some(server),
-    }
+    TestApp { addr, sessions, config, client: reqwest::Client::new(), upstream, shutdown, server: Some(server) }
 }
 
 impl TestApp {
@@ -135,13 +145,7 @@ impl TestApp {
         self.token_with(tenant, subject, Duration::from_secs(600), &[])
     }
 
-    pub fn token_with(
-        &self,
-        tenant: &str,
-        subject: &str,
-        ttl: Duration,
-        scopes: &[&str],
-    ) -> String {
+    pub fn token_with(&self, tenant: &str, subject: &str, ttl: Duration, scopes: &[&str]) -> String {
         let tenant = &self.config.tenants[tenant];
         let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
         auth::mint_token(tenant, subject, ttl, &scopes).expect("signing works")
@@ -179,11 +183,46 @@ impl TestApp {
     pub async fn stop(mut self) {
         self.shutdown.cancel();
         if let Some(server) = self.server.take() {
-            server
-                .await
-                .expect("the server task ends")
-                .expect("the server stops cleanly");
+            server.await.expect("the server task ends").expect("the server stops cleanly");
         }
+    }
+}
+
+impl TestApp {
+    /// Stops the app abruptly, as if its process died: no stream is ended
+    /// cleanly, no lease is handed off (they expire by TTL).
+    pub fn kill(mut self) {
+        self.sessions.halt();
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+
+    /// Creates a native session and returns its id.
+    pub async fn create_session(&self, token: &str, model: &str) -> String {
+        let response = self.post_json("/v1/sessions", Some(token), &serde_json::json!({"model": model})).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.unwrap();
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    /// Starts a turn; the answer is the turn's SSE stream.
+    pub async fn send_message(&self, token: &str, id: &str, content: &str) -> Response {
+        self.post_json(&format!("/v1/sessions/{id}/messages"), Some(token), &serde_json::json!({"content": content}))
+            .await
+    }
+
+    /// `GET /v1/sessions/{id}/events` with an optional `Last-Event-ID`.
+    pub async fn events(&self, token: &str, id: &str, last_event_id: Option<u64>) -> Response {
+        let mut request = self.client.get(self.url(&format!("/v1/sessions/{id}/events"))).bearer_auth(token);
+        if let Some(cursor) = last_event_id {
+            request = request.header("last-event-id", cursor.to_string());
+        }
+        request.send().await.expect("request sent")
+    }
+
+    pub async fn tool_results(&self, token: &str, id: &str, body: &Value) -> Response {
+        self.post_json(&format!("/v1/sessions/{id}/tool-results"), Some(token), body).await
     }
 }
 
@@ -196,23 +235,10 @@ impl Drop for TestApp {
 /// Asserts the standard JSON error body and returns it.
 pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(response.status(), status);
-    let request_id = response
-        .headers()
-        .get("x-request-id")
-        .cloned()
-        .expect("a request id on every response");
+    let request_id = response.headers().get("x-request-id").cloned().expect("a request id on every response");
     let body: Value = response.json().await.expect("a JSON error body");
     assert_eq!(body["error"]["code"], code, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty()),
-        "{body}"
-    );
-    assert_eq!(
-        body["error"]["request_id"],
-        request_id.to_str().unwrap(),
-        "{body}"
-    );
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert_eq!(body["error"]["request_id"], request_id.to_str().unwrap(), "{body}");
     body
 }

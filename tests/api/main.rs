@@ -3,9 +3,12 @@
 //! prefix, so they run in parallel.
 
 mod helpers;
+mod sse;
 mod support;
 
 mod auth;
 mod config_cli;
 mod health;
 mod mock_upstream;
+mod sessions;
+mod store_contract;

@@ -42,10 +42,7 @@ async fn openai_chunks(resp: reqwest::Response) -> Vec<Value> {
     let mut events = events(resp).await;
     let done = events.pop().expect("at least one event");
     assert_eq!(done.data, "[DONE]");
-    events
-        .iter()
-        .map(|e| serde_json::from_str(&e.data).unwrap())
-        .collect()
+    events.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect()
 }
 
 fn delta(chunk: &Value) -> &Value {
@@ -84,10 +81,7 @@ async fn text_arrives_split_across_chunks_then_usage_then_done() {
     let chunks = openai_chunks(resp).await;
 
     assert_eq!(chunks.len(), 4, "three text chunks and a usage chunk");
-    let texts: Vec<&str> = chunks[..3]
-        .iter()
-        .map(|c| delta(c)["content"].as_str().unwrap())
-        .collect();
+    let texts: Vec<&str> = chunks[..3].iter().map(|c| delta(c)["content"].as_str().unwrap()).collect();
     assert_eq!(texts, ["Hel", "lo ", "world"]);
     assert_eq!(delta(&chunks[0])["role"], "assistant");
     for chunk in &chunks {
@@ -143,11 +137,7 @@ async fn tool_call_arguments_in_five_fragments_reassemble_to_valid_json() {
 
     let chunks = openai_chunks(post(&up, "/chat/completions", chat(true)).await).await;
 
-    assert_eq!(
-        chunks.len(),
-        6,
-        "one header chunk and five argument fragments"
-    );
+    assert_eq!(chunks.len(), 6, "one header chunk and five argument fragments");
     let first = &delta(&chunks[0])["tool_calls"][0];
     assert_eq!(first["function"]["arguments"], "");
     for chunk in &chunks[1..] {
@@ -155,10 +145,7 @@ async fn tool_call_arguments_in_five_fragments_reassemble_to_valid_json() {
     }
     let calls = tool_calls(&chunks);
     assert_eq!(calls.len(), 1);
-    assert_eq!(
-        (calls[0].0.as_str(), calls[0].1.as_str()),
-        ("call_1", "lookup_order")
-    );
+    assert_eq!((calls[0].0.as_str(), calls[0].1.as_str()), ("call_1", "lookup_order"));
     let args: Value = serde_json::from_str(&calls[0].2).expect("valid JSON arguments");
     assert_eq!(args, json!({"id": "42", "qty": 3}));
     assert_eq!(finish_reason(&chunks[5]), "tool_calls");
@@ -167,27 +154,18 @@ async fn tool_call_arguments_in_five_fragments_reassemble_to_valid_json() {
 #[tokio::test]
 async fn two_tool_calls_in_one_response_finish_with_tool_calls() {
     let up = MockUpstream::start().await;
-    up.push(
-        Reply::new()
-            .tool_call(
-                "call_1",
-                "lookup_order",
-                [r#"{"i"#, r#"d":"#, r#""42"#, r#""}"#],
-            )
-            .tool_call("call_2", "other", [r#"{}"#]),
-    );
+    up.push(Reply::new().tool_call("call_1", "lookup_order", [r#"{"i"#, r#"d":"#, r#""42"#, r#""}"#]).tool_call(
+        "call_2",
+        "other",
+        [r#"{}"#],
+    ));
 
     let chunks = openai_chunks(post(&up, "/chat/completions", chat(true)).await).await;
 
     let calls = tool_calls(&chunks);
-    let expected = [
-        ("call_1", "lookup_order", r#"{"id":"42"}"#),
-        ("call_2", "other", "{}"),
-    ];
-    let got: Vec<(&str, &str, &str)> = calls
-        .iter()
-        .map(|(id, name, args)| (id.as_str(), name.as_str(), args.as_str()))
-        .collect();
+    let expected = [("call_1", "lookup_order", r#"{"id":"42"}"#), ("call_2", "other", "{}")];
+    let got: Vec<(&str, &str, &str)> =
+        calls.iter().map(|(id, name, args)| (id.as_str(), name.as_str(), args.as_str())).collect();
     assert_eq!(got, expected);
     let finishes: Vec<&Value> = chunks.iter().map(finish_reason).collect();
     assert!(finishes[..finishes.len() - 1].iter().all(|f| f.is_null()));
@@ -203,11 +181,7 @@ async fn explicit_finish_reason_is_translated_per_format() {
     let chunks = openai_chunks(post(&up, "/chat/completions", chat(true)).await).await;
     assert_eq!(finish_reason(chunks.last().unwrap()), "length");
 
-    let answer: Value = post(&up, "/messages", messages(false))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = post(&up, "/messages", messages(false)).await.json().await.unwrap();
     assert_eq!(answer["stop_reason"], "max_tokens");
 }
 
@@ -256,10 +230,7 @@ async fn disconnect_breaks_the_stream_after_its_chunks_without_done() {
     assert_eq!(received.len(), 1, "only the first chunk arrives: {items:?}");
     let chunk: Value = serde_json::from_str(&received[0].data).unwrap();
     assert_eq!(delta(&chunk)["content"], "a");
-    assert!(
-        items.iter().any(Result::is_err),
-        "the client sees a broken stream"
-    );
+    assert!(items.iter().any(Result::is_err), "the client sees a broken stream");
 }
 
 #[tokio::test]
@@ -278,11 +249,7 @@ async fn anthropic_stream_has_thinking_text_and_tool_use_blocks_in_order() {
     let events = events(resp).await;
 
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
-    let (start, step, stop) = (
-        "content_block_start",
-        "content_block_delta",
-        "content_block_stop",
-    );
+    let (start, step, stop) = ("content_block_start", "content_block_delta", "content_block_stop");
     let expected = [
         vec!["message_start"],
         vec![start, step, step, step, stop], // thinking: two deltas + signature
@@ -291,38 +258,19 @@ async fn anthropic_stream_has_thinking_text_and_tool_use_blocks_in_order() {
         vec!["message_delta", "message_stop"],
     ];
     assert_eq!(names, expected.concat());
-    let data: Vec<Value> = events
-        .iter()
-        .map(|e| serde_json::from_str(&e.data).unwrap())
-        .collect();
+    let data: Vec<Value> = events.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
     for (event, data) in events.iter().zip(&data) {
         assert_eq!(data["type"], event.event.as_str());
     }
 
     let message = &data[0]["message"];
     assert_eq!(message["model"], "claude-test");
-    assert_eq!(
-        (message["type"].as_str(), message["role"].as_str()),
-        (Some("message"), Some("assistant"))
-    );
-    assert_eq!(
-        message["usage"],
-        json!({"input_tokens": 20, "output_tokens": 0})
-    );
+    assert_eq!((message["type"].as_str(), message["role"].as_str()), (Some("message"), Some("assistant")));
+    assert_eq!(message["usage"], json!({"input_tokens": 20, "output_tokens": 0}));
 
     let blocks: Vec<&Value> = data.iter().filter(|d| d["type"] == start).collect();
-    let kinds: Vec<(&Value, &Value)> = blocks
-        .iter()
-        .map(|b| (&b["index"], &b["content_block"]["type"]))
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            (&json!(0), &json!("thinking")),
-            (&json!(1), &json!("text")),
-            (&json!(2), &json!("tool_use"))
-        ]
-    );
+    let kinds: Vec<(&Value, &Value)> = blocks.iter().map(|b| (&b["index"], &b["content_block"]["type"])).collect();
+    assert_eq!(kinds, [(&json!(0), &json!("thinking")), (&json!(1), &json!("text")), (&json!(2), &json!("tool_use"))]);
     let tool = json!({"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {}});
     assert_eq!(blocks[2]["content_block"], tool);
 
@@ -350,32 +298,18 @@ async fn anthropic_stream_has_thinking_text_and_tool_use_blocks_in_order() {
 #[tokio::test]
 async fn error_event_ends_the_stream_mid_answer_in_both_formats() {
     let up = MockUpstream::start().await;
-    up.push(
-        Reply::new()
-            .text(["par"])
-            .error_event("overloaded_error", "Overloaded"),
-    );
-    up.push(
-        Reply::new()
-            .text(["par"])
-            .error_event("server_error", "boom"),
-    );
+    up.push(Reply::new().text(["par"]).error_event("overloaded_error", "Overloaded"));
+    up.push(Reply::new().text(["par"]).error_event("server_error", "boom"));
 
     let anthropic = events(post(&up, "/messages", messages(true)).await).await;
     let last = anthropic.last().unwrap();
     assert_eq!(last.event, "error");
     let error: Value = serde_json::from_str(&last.data).unwrap();
-    assert_eq!(
-        error,
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
-    );
+    assert_eq!(error, json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}));
     assert!(anthropic.iter().all(|e| e.event != "message_stop"));
 
     let openai = events(post(&up, "/chat/completions", chat(true)).await).await;
-    let data: Vec<Value> = openai
-        .iter()
-        .map(|e| serde_json::from_str(&e.data).unwrap())
-        .collect();
+    let data: Vec<Value> = openai.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
     assert_eq!(data.len(), 2, "one text chunk then the error, no [DONE]");
     assert_eq!(finish_reason(&data[0]), &Value::Null);
     assert_eq!(data[1]["error"]["message"], "boom");
@@ -401,30 +335,15 @@ async fn non_stream_requests_get_one_assembled_json_answer() {
     assert_eq!(choice["message"]["content"], "Hello");
     assert_eq!(choice["message"]["reasoning_content"], "hmm");
     let call = &choice["message"]["tool_calls"][0];
-    assert_eq!(
-        call["function"],
-        json!({"name": "lookup_order", "arguments": r#"{"id":"42"}"#})
-    );
+    assert_eq!(call["function"], json!({"name": "lookup_order", "arguments": r#"{"id":"42"}"#}));
     assert_eq!(answer["usage"]["total_tokens"], 9);
 
-    let answer: Value = post(&up, "/messages", messages(false))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let kinds: Vec<&Value> = answer["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| &b["type"])
-        .collect();
+    let answer: Value = post(&up, "/messages", messages(false)).await.json().await.unwrap();
+    let kinds: Vec<&Value> = answer["content"].as_array().unwrap().iter().map(|b| &b["type"]).collect();
     assert_eq!(kinds, ["thinking", "text", "tool_use"]);
     assert_eq!(answer["content"][2]["input"], json!({"id": "42"}));
     assert_eq!(answer["stop_reason"], "tool_use");
-    assert_eq!(
-        answer["usage"],
-        json!({"input_tokens": 5, "output_tokens": 4})
-    );
+    assert_eq!(answer["usage"], json!({"input_tokens": 5, "output_tokens": 4}));
 }
 
 #[tokio::test]
@@ -464,10 +383,7 @@ async fn an_empty_queue_answers_500_with_an_explanation() {
 
     assert_eq!(resp.status(), 500);
     let body: Value = resp.json().await.unwrap();
-    assert_eq!(
-        body["error"]["message"],
-        "mock upstream: no scripted reply left"
-    );
+    assert_eq!(body["error"]["message"], "mock upstream: no scripted reply left");
     assert_eq!(up.calls(), 1, "the failed call is still recorded");
 }
 
@@ -489,16 +405,8 @@ async fn replies_are_consumed_in_order_across_both_routes() {
     up.push(Reply::new().text(["first"]));
     up.push(Reply::new().text(["second"]));
 
-    let anthropic: Value = post(&up, "/messages", messages(false))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let openai: Value = post(&up, "/chat/completions", chat(false))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let anthropic: Value = post(&up, "/messages", messages(false)).await.json().await.unwrap();
+    let openai: Value = post(&up, "/chat/completions", chat(false)).await.json().await.unwrap();
 
     assert_eq!(anthropic["content"][0]["text"], "first");
     assert_eq!(openai["choices"][0]["message"]["content"], "second");
@@ -514,11 +422,7 @@ async fn wait_for_calls_resolves_once_enough_requests_arrived() {
 
     let client = tokio::spawn(async move {
         for _ in 0..2 {
-            let resp = reqwest::Client::new()
-                .post(&url)
-                .json(&chat(false))
-                .send()
-                .await;
+            let resp = reqwest::Client::new().post(&url).json(&chat(false)).send().await;
             resp.unwrap().bytes().await.unwrap();
         }
     });

@@ -40,22 +40,14 @@ const DEFAULT_PROMPT_TOKENS: u64 = 10;
 /// Signature attached to Anthropic thinking blocks.
 const THINKING_SIGNATURE: &str = "mock-signature";
 /// The same finish reasons as named by OpenAI and by Anthropic.
-const FINISH_NAMES: [(&str, &str); 3] = [
-    ("stop", "end_turn"),
-    ("length", "max_tokens"),
-    ("tool_calls", "tool_use"),
-];
+const FINISH_NAMES: [(&str, &str); 3] = [("stop", "end_turn"), ("length", "max_tokens"), ("tool_calls", "tool_use")];
 
 /// One scripted piece of the assistant's answer, in order.
 #[derive(Clone, Debug)]
 enum Part {
     Text(Vec<String>),
     Reasoning(Vec<String>),
-    ToolCall {
-        id: String,
-        name: String,
-        args: Vec<String>,
-    },
+    ToolCall { id: String, name: String, args: Vec<String> },
 }
 
 /// How the response body ends.
@@ -97,18 +89,12 @@ impl Reply {
     pub fn http_error(status: u16, body: impl Into<String>) -> Self {
         let status = StatusCode::from_u16(status).expect("mock upstream: invalid status code");
         let http_error = Some((status, body.into()));
-        Self {
-            http_error,
-            ..Self::default()
-        }
+        Self { http_error, ..Self::default() }
     }
 
     /// Add a `Retry-After: secs` header. Only valid on [`Reply::http_error`].
     pub fn retry_after(mut self, secs: u64) -> Self {
-        assert!(
-            self.http_error.is_some(),
-            "mock upstream: retry_after needs Reply::http_error"
-        );
+        assert!(self.http_error.is_some(), "mock upstream: retry_after needs Reply::http_error");
         self.retry_after = Some(secs);
         self
     }
@@ -132,11 +118,7 @@ impl Reply {
         name: impl Into<String>,
         args: I,
     ) -> Self {
-        self.parts.push(Part::ToolCall {
-            id: id.into(),
-            name: name.into(),
-            args: strings(args),
-        });
+        self.parts.push(Part::ToolCall { id: id.into(), name: name.into(), args: strings(args) });
         self
     }
 
@@ -180,9 +162,7 @@ impl Reply {
     }
 
     fn has_tool_calls(&self) -> bool {
-        self.parts
-            .iter()
-            .any(|p| matches!(p, Part::ToolCall { .. }))
+        self.parts.iter().any(|p| matches!(p, Part::ToolCall { .. }))
     }
 
     /// Scripted usage, or (10, number of content fragments).
@@ -198,15 +178,9 @@ impl Reply {
 
     /// The finish reason in `format`'s vocabulary (scripted, or the default).
     fn finish_reason(&self, format: Format) -> String {
-        let default = if self.has_tool_calls() {
-            "tool_calls"
-        } else {
-            "stop"
-        };
+        let default = if self.has_tool_calls() { "tool_calls" } else { "stop" };
         let reason = self.finish.as_deref().unwrap_or(default);
-        let names = FINISH_NAMES
-            .iter()
-            .find(|(o, a)| reason == *o || reason == *a);
+        let names = FINISH_NAMES.iter().find(|(o, a)| reason == *o || reason == *a);
         match (names, format) {
             (Some((openai, _)), Format::OpenAi) => openai,
             (Some((_, anthropic)), Format::Anthropic) => anthropic,
@@ -261,9 +235,7 @@ pub struct MockUpstream {
 impl MockUpstream {
     /// Bind `127.0.0.1:0` and start serving.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("mock upstream: bind");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("mock upstream: bind");
         let addr = listener.local_addr().expect("mock upstream: local addr");
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
@@ -274,10 +246,7 @@ impl MockUpstream {
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let stop = shared.shutdown.clone().cancelled_owned();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await
-                .expect("mock upstream: serve");
+            axum::serve(listener, app).with_graceful_shutdown(stop).await.expect("mock upstream: serve");
         });
         Self { addr, shared, task }
     }
@@ -312,10 +281,7 @@ impl MockUpstream {
         let mut rx = self.shared.calls.subscribe();
         let reached = tokio::time::timeout(timeout, rx.wait_for(|calls| *calls >= n)).await;
         if reached.is_err() {
-            panic!(
-                "mock upstream: expected at least {n} calls within {timeout:?}, got {}",
-                self.calls()
-            );
+            panic!("mock upstream: expected at least {n} calls within {timeout:?}, got {}", self.calls());
         }
     }
 }
@@ -351,12 +317,8 @@ async fn handle(
 ) -> Response {
     let path = uri.path().to_owned();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let call = shared.record(RecordedRequest {
-        method: method.clone(),
-        path: path.clone(),
-        headers,
-        body: body.clone(),
-    });
+    let call =
+        shared.record(RecordedRequest { method: method.clone(), path: path.clone(), headers, body: body.clone() });
     let format = match (method, path.as_str()) {
         (Method::POST, "/v1/chat/completions") => Format::OpenAi,
         (Method::POST, "/v1/messages") => Format::Anthropic,
@@ -386,10 +348,7 @@ async fn handle(
         (true, Format::OpenAi) => (openai_stream(&reply, &cx), "text/event-stream"),
         (true, Format::Anthropic) => (anthropic_stream(&reply, &cx), "text/event-stream"),
         (false, Format::OpenAi) => (vec![whole(openai_whole(&reply, &cx))], "application/json"),
-        (false, Format::Anthropic) => (
-            vec![whole(anthropic_whole(&reply, &cx))],
-            "application/json",
-        ),
+        (false, Format::Anthropic) => (vec![whole(anthropic_whole(&reply, &cx))], "application/json"),
     };
     stream_response(frames, content_type, &reply, shared.shutdown.clone())
 }
@@ -400,9 +359,7 @@ fn whole(answer: Value) -> Bytes {
 }
 
 fn json_response(status: StatusCode, body: String, retry_after: Option<u64>) -> Response {
-    let mut response = Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "application/json");
+    let mut response = Response::builder().status(status).header(header::CONTENT_TYPE, "application/json");
     if let Some(secs) = retry_after {
         response = response.header(header::RETRY_AFTER, secs);
     }
@@ -431,10 +388,7 @@ fn stream_response(
                 // Yield once so hyper flushes what was sent before the error
                 // makes it drop the connection.
                 tokio::task::yield_now().await;
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "mock upstream: scripted disconnect",
-                ))
+                Err(io::Error::new(io::ErrorKind::ConnectionReset, "mock upstream: scripted disconnect"))
             };
             (n, stream::once(cut).boxed())
         }
@@ -482,9 +436,9 @@ fn openai_stream(reply: &Reply, cx: &Ctx) -> Vec<Bytes> {
             Part::ToolCall { id, name, args } => {
                 deltas.push(json!({"tool_calls": [{"index": tool_index, "id": id,
                     "type": "function", "function": {"name": name, "arguments": ""}}]}));
-                deltas.extend(args.iter().map(|a| {
-                    json!({"tool_calls": [{"index": tool_index, "function": {"arguments": a}}]})
-                }));
+                deltas.extend(
+                    args.iter().map(|a| json!({"tool_calls": [{"index": tool_index, "function": {"arguments": a}}]})),
+                );
                 tool_index += 1;
             }
         }
@@ -494,10 +448,7 @@ fn openai_stream(reply: &Reply, cx: &Ctx) -> Vec<Bytes> {
     }
     deltas[0]["role"] = json!("assistant");
     let last = deltas.len() - 1;
-    let finish = reply
-        .error_event
-        .is_none()
-        .then(|| reply.finish_reason(Format::OpenAi));
+    let finish = reply.error_event.is_none().then(|| reply.finish_reason(Format::OpenAi));
     let mut frames: Vec<Bytes> = deltas
         .into_iter()
         .enumerate()
@@ -531,11 +482,7 @@ fn openai_whole(reply: &Reply, cx: &Ctx) -> Value {
                 "type": "function", "function": {"name": name, "arguments": args.concat()}})),
         }
     }
-    let content = if text.is_empty() && !tool_calls.is_empty() {
-        Value::Null
-    } else {
-        json!(text)
-    };
+    let content = if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { json!(text) };
     let mut message = json!({"role": "assistant", "content": content});
     if !reasoning.is_empty() {
         message["reasoning_content"] = json!(reasoning);
@@ -552,25 +499,17 @@ fn openai_whole(reply: &Reply, cx: &Ctx) -> Value {
 /// Anthropic content block for `part`: (start block, deltas).
 fn anthropic_block(part: &Part) -> (Value, Vec<Value>) {
     match part {
-        Part::Text(c) => (
-            json!({"type": "text", "text": ""}),
-            c.iter()
-                .map(|t| json!({"type": "text_delta", "text": t}))
-                .collect(),
-        ),
+        Part::Text(c) => {
+            (json!({"type": "text", "text": ""}), c.iter().map(|t| json!({"type": "text_delta", "text": t})).collect())
+        }
         Part::Reasoning(c) => {
-            let mut deltas: Vec<Value> = c
-                .iter()
-                .map(|t| json!({"type": "thinking_delta", "thinking": t}))
-                .collect();
+            let mut deltas: Vec<Value> = c.iter().map(|t| json!({"type": "thinking_delta", "thinking": t})).collect();
             deltas.push(json!({"type": "signature_delta", "signature": THINKING_SIGNATURE}));
             (json!({"type": "thinking", "thinking": ""}), deltas)
         }
         Part::ToolCall { id, name, args } => (
             json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-            args.iter()
-                .map(|a| json!({"type": "input_json_delta", "partial_json": a}))
-                .collect(),
+            args.iter().map(|a| json!({"type": "input_json_delta", "partial_json": a})).collect(),
         ),
     }
 }
@@ -580,19 +519,17 @@ fn anthropic_stream(reply: &Reply, cx: &Ctx) -> Vec<Bytes> {
     let message = json!({"id": cx.id, "type": "message", "role": "assistant",
         "model": cx.model, "content": [], "stop_reason": null, "stop_sequence": null,
         "usage": {"input_tokens": prompt, "output_tokens": 0}});
-    let mut frames = vec![sse_event(
-        json!({"type": "message_start", "message": message}),
-    )];
+    let mut frames = vec![sse_event(json!({"type": "message_start", "message": message}))];
     for (index, part) in reply.parts.iter().enumerate() {
         let (block, deltas) = anthropic_block(part);
         let start = json!({"type": "content_block_start", "index": index, "content_block": block});
         frames.push(sse_event(start));
-        frames.extend(deltas.into_iter().map(|delta| {
-            sse_event(json!({"type": "content_block_delta", "index": index, "delta": delta}))
-        }));
-        frames.push(sse_event(
-            json!({"type": "content_block_stop", "index": index}),
-        ));
+        frames.extend(
+            deltas
+                .into_iter()
+                .map(|delta| sse_event(json!({"type": "content_block_delta", "index": index, "delta": delta}))),
+        );
+        frames.push(sse_event(json!({"type": "content_block_stop", "index": index})));
     }
     if let Some((kind, message)) = &reply.error_event {
         let error = json!({"type": "error", "error": {"type": kind, "message": message}});

@@ -1,2 +1,3 @@
 //! Test doubles shared by the integration tests: scripted upstreams and servers.
 pub mod mock_upstream;
+pub mod runner;

@@ -1,0 +1,138 @@
+//! The native v1 API (`/v1/sessions…`): sessions as resources, their events
+//! as SSE with `id: <seq>`, rejoinable on any replica with `Last-Event-ID`.
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::sse;
+use crate::{
+    app::AppState,
+    auth::Principal,
+    error::ApiError,
+    providers::{ChatMessage, Role},
+    sessions::{SessionDoc, ToolOutput},
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    pub model: String,
+}
+
+/// `POST /v1/sessions`: an idle session on the given model alias.
+pub async fn create(
+    State(state): State<AppState>,
+    principal: Principal,
+    Json(body): Json<CreateSession>,
+) -> Result<Response, ApiError> {
+    super::check_model(&state, &principal, &body.model)?;
+    let doc = state.sessions.create(&principal, &body.model, "native").await?;
+    Ok((StatusCode::CREATED, Json(view(&doc, 0))).into_response())
+}
+
+/// `GET /v1/sessions/{id}`: status, pending relays and calls, usage, last seq.
+pub async fn get(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (_, doc) = state.sessions.get(&principal, &id).await?;
+    let last_seq = state.sessions.last_seq(&principal, &id).await?;
+    Ok(Json(view(&doc, last_seq)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    pub after: Option<u64>,
+}
+
+/// `GET /v1/sessions/{id}/events`: replay after `Last-Event-ID` (or
+/// `?after=`), then live events until the session pauses or ends.
+pub async fn events(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
+        None => query.after.unwrap_or(0),
+    };
+    let follower = state.sessions.follow(&principal, &id, after).await?;
+    Ok(sse::native(&state, follower))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessage {
+    pub content: String,
+}
+
+/// `POST /v1/sessions/{id}/messages`: start a turn; the answer is its SSE.
+pub async fn send_message(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    Json(body): Json<SendMessage>,
+) -> Result<Response, ApiError> {
+    let cursor = state.sessions.start_turn(&principal, &id, ChatMessage::text(Role::User, body.content)).await?;
+    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    Ok(sse::native(&state, follower))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResults {
+    pub results: Vec<ToolResultBody>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResultBody {
+    pub tool_call_id: String,
+    pub output: String,
+}
+
+/// `POST /v1/sessions/{id}/tool-results`: resume a paused session with the
+/// client's answers; the answer is the continuation's SSE. Of concurrent
+/// resumes, one wins and the others get 409.
+pub async fn tool_results(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    Json(body): Json<ToolResults>,
+) -> Result<Response, ApiError> {
+    let outputs =
+        body.results.into_iter().map(|r| ToolOutput { tool_call_id: r.tool_call_id, output: r.output }).collect();
+    let cursor = state.sessions.submit_tool_results(&principal, &id, outputs).await?;
+    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    Ok(sse::native(&state, follower))
+}
+
+fn view(doc: &SessionDoc, last_seq: u64) -> Value {
+    json!({
+        "id": doc.id,
+        "status": doc.status.as_str(),
+        "model": doc.model,
+        "turn": doc.turn,
+        "replica": doc.owner,
+        "created_ms": doc.created_ms,
+        "updated_ms": doc.updated_ms,
+        "last_seq": last_seq,
+        "pending_relays": doc.pending_relays,
+        "pending_calls": doc.pending_calls,
+        "usage": doc.usage,
+        "error": doc.error,
+    })
+}

@@ -1,0 +1,201 @@
+//! Canonical session events: what the orchestrator emits, what the event log
+//! stores, and what every dialect encoder translates.
+//!
+//! An event is stored as JSON without its sequence number (the log assigns
+//! it); [`LogEvent`] is an event read back, with `seq`, ready to send.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::providers::Usage;
+
+/// Which agent emitted an event: the session's main agent (depth 0) or a
+/// subagent started by the `agent` tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRef {
+    pub agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    #[serde(default)]
+    pub depth: u32,
+}
+
+/// A tool call waiting for a permission decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingRelay {
+    pub relay_id: String,
+    pub tool_call_id: String,
+    pub tool: String,
+    pub params: Value,
+}
+
+/// A tool call waiting for the client (a frontend tool, or an approval in a
+/// pause-style dialect).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    pub tool_call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnEndReason {
+    /// The model answered without asking for more tools.
+    Final,
+    MaxIterations,
+    Failed,
+    Cancelled,
+}
+
+/// What happened. Serialized with `"type": "<snake_case name>"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A turn began: the user's message (or a resume) started the agent loop.
+    TurnStarted {
+        turn: u32,
+        model: String,
+    },
+    TextDelta {
+        text: String,
+    },
+    ReasoningDelta {
+        text: String,
+    },
+    /// The model's complete message of one step (for dialects that send
+    /// whole messages).
+    MessageCompleted {
+        content: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
+    },
+    /// A tool call opened in the model's stream; arguments follow.
+    ToolCallStarted {
+        tool_call_id: String,
+        name: String,
+    },
+    ToolCallArgs {
+        tool_call_id: String,
+        delta: String,
+    },
+    /// A complete tool call, permitted and about to run (or handed to the client).
+    ToolCall {
+        tool_call_id: String,
+        name: String,
+        arguments: Value,
+    },
+    ToolResult {
+        tool_call_id: String,
+        name: String,
+        /// `success`, `error` or `denied`.
+        status: String,
+        output: Value,
+    },
+    RelayRequested(PendingRelay),
+    RelayDecided {
+        relay_id: String,
+        tool_call_id: String,
+        approved: bool,
+        always: bool,
+    },
+    /// The turn stopped for the client: the stream ends here.
+    Paused {
+        pending_relays: Vec<PendingRelay>,
+        pending_calls: Vec<PendingCall>,
+    },
+    /// The client answered a pause; the turn goes on.
+    Resumed {
+        turn: u32,
+    },
+    Usage {
+        usage: Usage,
+        total: Usage,
+    },
+    /// After a takeover: the partial output of `step` is void and is generated again.
+    StepRestarted {
+        step: u32,
+        replica: String,
+    },
+    CompactionStarted {
+        tokens: u64,
+        messages: usize,
+    },
+    CompactionDone {
+        tokens_before: u64,
+        tokens_after: u64,
+        summary: String,
+    },
+    TurnEnded {
+        reason: TurnEndReason,
+        iterations: u32,
+        usage: Usage,
+    },
+    Error {
+        code: String,
+        message: String,
+    },
+}
+
+impl EventKind {
+    /// The `type` string, as serialized.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::TurnStarted { .. } => "turn_started",
+            Self::TextDelta { .. } => "text_delta",
+            Self::ReasoningDelta { .. } => "reasoning_delta",
+            Self::MessageCompleted { .. } => "message_completed",
+            Self::ToolCallStarted { .. } => "tool_call_started",
+            Self::ToolCallArgs { .. } => "tool_call_args",
+            Self::ToolCall { .. } => "tool_call",
+            Self::ToolResult { .. } => "tool_result",
+            Self::RelayRequested(_) => "relay_requested",
+            Self::RelayDecided { .. } => "relay_decided",
+            Self::Paused { .. } => "paused",
+            Self::Resumed { .. } => "resumed",
+            Self::Usage { .. } => "usage",
+            Self::StepRestarted { .. } => "step_restarted",
+            Self::CompactionStarted { .. } => "compaction_started",
+            Self::CompactionDone { .. } => "compaction_done",
+            Self::TurnEnded { .. } => "turn_ended",
+            Self::Error { .. } => "error",
+        }
+    }
+
+    /// A live stream of the session ends after this event.
+    pub fn ends_stream(&self) -> bool {
+        matches!(self, Self::Paused { .. } | Self::TurnEnded { .. })
+    }
+}
+
+/// An event as appended: what happened, by which agent, when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    #[serde(flatten)]
+    pub kind: EventKind,
+    #[serde(flatten)]
+    pub agent: AgentRef,
+    /// Unix milliseconds.
+    pub ts: u64,
+}
+
+/// An event read back from the log, with its sequence number. Shared
+/// (`Arc`) between every follower of the session on this replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogEvent {
+    pub seq: u64,
+    pub session_id: Arc<str>,
+    pub event: Event,
+}
+
+impl LogEvent {
+    pub fn from_stored(session_id: Arc<str>, seq: u64, payload: &str) -> Result<Self, serde_json::Error> {
+        Ok(Self { seq, session_id, event: serde_json::from_str(payload)? })
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+}

@@ -1,0 +1,57 @@
+//! The native dialect: every canonical event as one SSE frame,
+//! `id: <seq>`, `event: <type>`, `data: <json>` where the JSON carries `seq`,
+//! `session_id`, `type`, the agent fields, `ts` and the event's own fields.
+
+use serde_json::{Map, Value};
+
+use super::LogEvent;
+
+/// One SSE frame, independent of the HTTP framework.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
+pub fn encode(event: &LogEvent) -> Frame {
+    let mut object = match serde_json::to_value(&event.event) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    object.insert("seq".into(), event.seq.into());
+    object.insert("session_id".into(), Value::String(event.session_id.to_string()));
+    Frame {
+        id: Some(event.seq.to_string()),
+        event: Some(event.event.kind.type_name().to_string()),
+        data: Value::Object(object).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::events::{AgentRef, Event, EventKind};
+
+    #[test]
+    fn a_frame_carries_seq_session_and_type() {
+        let event = LogEvent {
+            seq: 7,
+            session_id: "s1".into(),
+            event: Event {
+                kind: EventKind::TextDelta { text: "hi".into() },
+                agent: AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 },
+                ts: 1,
+            },
+        };
+        let frame = encode(&event);
+        assert_eq!(frame.id.as_deref(), Some("7"));
+        assert_eq!(frame.event.as_deref(), Some("text_delta"));
+        let data: Value = serde_json::from_str(&frame.data).unwrap();
+        assert_eq!(data["seq"], 7);
+        assert_eq!(data["session_id"], "s1");
+        assert_eq!(data["type"], "text_delta");
+        assert_eq!(data["text"], "hi");
+        assert_eq!(data["agent_id"], "main");
+    }
+}

@@ -1,0 +1,366 @@
+//! The sessions service: create, read, follow, resume, and hand running turns
+//! to the orchestrator on whichever replica holds the session's lease.
+//!
+//! Owns the session state machine (`state.rs`), the replica's event hub
+//! (`hub.rs`) and its leases (`leases.rs`: renewal, the takeover sweep). It
+//! does not run the agent loop: a [`TurnRunner`] does (the orchestrator),
+//! given a [`RunHandle`] through which it emits events and checkpoints.
+//!
+//! Access rule: a session is visible to its tenant's subject that created it,
+//! and to that tenant's tokens with the `sessions:admin` scope. Anything else
+//! — another subject, another tenant, a missing id — is the same 404.
+
+pub mod hub;
+mod leases;
+mod run;
+pub mod state;
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use tokio::sync::mpsc;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+pub use self::{
+    hub::{EventHub, FollowItem},
+    run::RunHandle,
+    state::{SessionDoc, Status},
+};
+use crate::{
+    auth::Principal,
+    config::Config,
+    protocol::{AgentRef, EventKind, events::Event},
+    providers::{ChatMessage, Usage},
+    store::{LeaseOp, Notice, SessionKey, Store, StoreError, Versioned, WriteOutcome},
+};
+
+/// The scope that lets a token see every session of its tenant.
+pub const ADMIN_SCOPE: &str = "sessions:admin";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("session not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    /// The cursor is older than what the log retains.
+    #[error("events after {after} are no longer retained (oldest kept: {first_seq})")]
+    CursorExpired { after: u64, first_seq: u64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs turns: the orchestrator. Called on the replica that holds the
+/// session's lease, with a handle positioned at the last checkpoint.
+#[async_trait]
+pub trait TurnRunner: Send + Sync {
+    async fn run(&self, handle: RunHandle);
+}
+
+/// A client's answer to a pending tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub tool_call_id: String,
+    pub output: String,
+}
+
+#[derive(Clone)]
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    hub: EventHub,
+    config: Arc<Config>,
+    replica: String,
+    runner: OnceLock<Arc<dyn TurnRunner>>,
+    /// Sessions whose lease this replica holds.
+    running: DashMap<SessionKey, run::Running>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+    /// Set by [`Sessions::halt`]: stop without handing leases off.
+    halted: std::sync::atomic::AtomicBool,
+}
+
+impl Sessions {
+    /// Starts the hub, the lease keeper and the takeover sweep on `tasks`.
+    pub fn start(
+        store: Store,
+        notices: mpsc::Receiver<Notice>,
+        config: Arc<Config>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let replica = config.server.replica_id.clone();
+        let (wakes_tx, wakes_rx) = mpsc::channel(256);
+        let hub = EventHub::start(store.clone(), replica.clone(), notices, wakes_tx, tasks.clone(), shutdown.clone());
+        let sessions = Self {
+            inner: Arc::new(Inner {
+                store,
+                hub,
+                config,
+                replica,
+                runner: OnceLock::new(),
+                running: DashMap::new(),
+                tasks: tasks.clone(),
+                shutdown,
+                halted: std::sync::atomic::AtomicBool::new(false),
+            }),
+        };
+        leases::start(sessions.clone(), wakes_rx);
+        sessions
+    }
+
+    /// Installs the orchestrator. Set once, at start-up.
+    pub fn set_runner(&self, runner: Arc<dyn TurnRunner>) {
+        let _ = self.inner.runner.set(runner);
+    }
+
+    pub fn hub(&self) -> &EventHub {
+        &self.inner.hub
+    }
+
+    pub fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Creates an idle session owned by `principal`.
+    pub async fn create(&self, principal: &Principal, model: &str, dialect: &str) -> Result<SessionDoc, SessionError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = crate::protocol::events::now_ms();
+        let doc = SessionDoc {
+            id: id.clone(),
+            tenant: principal.tenant.to_string(),
+            subject: principal.subject.clone(),
+            status: Status::Idle,
+            owner: None,
+            model: model.to_string(),
+            dialect: dialect.to_string(),
+            created_ms: now,
+            updated_ms: now,
+            turn: 0,
+            messages: Vec::new(),
+            pending_relays: Vec::new(),
+            pending_calls: Vec::new(),
+            usage: Usage::default(),
+            last_seq: 0,
+            trace_parent: None,
+            error: None,
+        };
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        match self.inner.store.state.create(&key, &encode(&doc)?, LeaseOp::None).await? {
+            WriteOutcome::Written(_) => Ok(doc),
+            _ => Err(SessionError::Conflict("a session with this id already exists".into())),
+        }
+    }
+
+    /// The session as its owner (or an admin of its tenant) may see it. An
+    /// active session whose lease has lapsed is taken over on the way.
+    pub async fn get(&self, principal: &Principal, id: &str) -> Result<(u64, SessionDoc), SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        let (version, doc) = self.load_visible(principal, &key).await?;
+        if doc.status.is_active() {
+            leases::take_over_if_orphaned(self, &key).await;
+        }
+        Ok((version, doc))
+    }
+
+    /// Replays the log after `after` and follows live events until the
+    /// session pauses or ends.
+    pub async fn follow(
+        &self,
+        principal: &Principal,
+        id: &str,
+        after: u64,
+    ) -> Result<mpsc::Receiver<FollowItem>, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        let (_, doc) = self.load_visible(principal, &key).await?;
+        let bounds = self.inner.store.log.read_after(&key, after, 1).await?;
+        if after > bounds.last_seq {
+            return Err(SessionError::Invalid(format!(
+                "cursor {after} is beyond the last event ({})",
+                bounds.last_seq
+            )));
+        }
+        if bounds.last_seq > after && bounds.first_seq > after + 1 {
+            return Err(SessionError::CursorExpired { after, first_seq: bounds.first_seq });
+        }
+        if doc.status.is_active() {
+            leases::take_over_if_orphaned(self, &key).await;
+        }
+        Ok(self.inner.hub.follow(key, after, !doc.status.is_active()).await)
+    }
+
+    /// Starts a turn with a new user message on an idle, completed or failed
+    /// session, on this replica. Returns the seq just before the turn's first
+    /// event (the cursor from which to follow it).
+    pub async fn start_turn(&self, principal: &Principal, id: &str, message: ChatMessage) -> Result<u64, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        let (version, mut doc) = self.load_visible(principal, &key).await?;
+        if !doc.status.can_become(Status::Running) || doc.status == Status::AwaitingClient {
+            return Err(SessionError::Conflict(format!(
+                "the session is {}: it cannot take a new message now",
+                doc.status.as_str()
+            )));
+        }
+        doc.turn += 1;
+        doc.messages.push(message);
+        doc.error = None;
+        let turn = doc.turn;
+        let model = doc.model.clone();
+        self.activate(&key, version, doc, vec![EventKind::TurnStarted { turn, model }]).await
+    }
+
+    /// Resumes a session paused for the client with its answers to every
+    /// pending call. Exactly one of several concurrent resumes wins; the
+    /// others get a conflict. Returns the cursor to follow the continuation.
+    pub async fn submit_tool_results(
+        &self,
+        principal: &Principal,
+        id: &str,
+        outputs: Vec<ToolOutput>,
+    ) -> Result<u64, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        let (version, mut doc) = self.load_visible(principal, &key).await?;
+        if doc.status != Status::AwaitingClient {
+            return Err(SessionError::Conflict(format!(
+                "the session is {}, not waiting for tool results",
+                doc.status.as_str()
+            )));
+        }
+        let pending: Vec<&str> = doc.pending_calls.iter().map(|c| c.tool_call_id.as_str()).collect();
+        for output in &outputs {
+            if !pending.contains(&output.tool_call_id.as_str()) {
+                return Err(SessionError::Invalid(format!(
+                    "tool call {:?} is not pending in this session",
+                    output.tool_call_id
+                )));
+            }
+        }
+        for id in &pending {
+            if outputs.iter().filter(|o| o.tool_call_id == *id).count() != 1 {
+                return Err(SessionError::Invalid(format!("tool call {id:?} needs exactly one result")));
+            }
+        }
+        let mut events = vec![EventKind::Resumed { turn: doc.turn }];
+        for call in std::mem::take(&mut doc.pending_calls) {
+            let output = outputs.iter().find(|o| o.tool_call_id == call.tool_call_id).map(|o| o.output.clone());
+            let output = output.unwrap_or_default();
+            doc.messages.push(ChatMessage::tool_result(&call.tool_call_id, &output));
+            events.push(EventKind::ToolResult {
+                tool_call_id: call.tool_call_id,
+                name: call.tool,
+                status: "success".into(),
+                output: serde_json::Value::String(output),
+            });
+        }
+        self.activate(&key, version, doc, events).await
+    }
+
+    /// CAS the document to `running` on this replica (taking the lease),
+    /// append `events`, and start the runner. Returns the cursor before them.
+    async fn activate(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        mut doc: SessionDoc,
+        events: Vec<EventKind>,
+    ) -> Result<u64, SessionError> {
+        doc.status = Status::Running;
+        doc.owner = Some(self.inner.replica.clone());
+        doc.updated_ms = crate::protocol::events::now_ms();
+        let lease = LeaseOp::Acquire { replica: self.inner.replica.clone(), ttl: self.inner.config.store.lease_ttl };
+        let new_version = match self.inner.store.state.compare_and_set(key, version, &encode(&doc)?, lease).await? {
+            WriteOutcome::Written(v) => v,
+            WriteOutcome::VersionConflict => {
+                return Err(SessionError::Conflict("the session was changed by another request; reload it".into()));
+            }
+            WriteOutcome::LeaseConflict => {
+                return Err(SessionError::Conflict("another replica is running this session".into()));
+            }
+        };
+        let stamped = events.into_iter().map(|kind| stamp(kind, main_agent())).collect();
+        let (first, _) = self.inner.hub.append(key, stamped).await?;
+        self.spawn_runner(key.clone(), new_version, doc, None);
+        Ok(first - 1)
+    }
+
+    /// Hands a session whose lease this replica now holds to the runner.
+    /// `taken_over_from` names the replica that died running it, if any.
+    fn spawn_runner(&self, key: SessionKey, version: u64, doc: SessionDoc, taken_over_from: Option<String>) {
+        let running = run::Running::new(self.inner.shutdown.child_token());
+        self.inner.running.insert(key.clone(), running.clone());
+        let handle = RunHandle::new(self.clone(), key, version, doc, running, taken_over_from);
+        let runner = self.inner.runner.get().cloned();
+        self.inner.tasks.spawn(async move {
+            match runner {
+                Some(runner) => runner.run(handle).await,
+                None => {
+                    let _ = handle.fail("no_orchestrator", "this replica has no orchestrator installed").await;
+                }
+            }
+        });
+    }
+
+    async fn load_visible(&self, principal: &Principal, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
+        let (version, doc) = self.load_raw(key).await?;
+        let visible =
+            doc.tenant == *principal.tenant && (doc.subject == principal.subject || principal.has_scope(ADMIN_SCOPE));
+        if visible { Ok((version, doc)) } else { Err(SessionError::NotFound) }
+    }
+
+    /// The stored document, without an access check (internal use).
+    async fn load_raw(&self, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
+        let Some(Versioned { version, doc }) = self.inner.store.state.load(key).await? else {
+            return Err(SessionError::NotFound);
+        };
+        let doc = serde_json::from_str(&doc).map_err(|e| StoreError::Corrupt(format!("session document: {e}")))?;
+        Ok((version, doc))
+    }
+
+    /// The session stopped running here (paused, ended, or lost).
+    async fn forget_running(&self, key: &SessionKey) {
+        self.inner.running.remove(key);
+        if let Err(e) = self.inner.store.leases.forget(key).await {
+            tracing::warn!(session = %key.id, error = %e, "cannot drop the session from the lease index");
+        }
+    }
+
+    fn store(&self) -> &Store {
+        &self.inner.store
+    }
+}
+
+pub(crate) fn main_agent() -> AgentRef {
+    AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 }
+}
+
+pub(crate) fn stamp(kind: EventKind, agent: AgentRef) -> Event {
+    Event { kind, agent, ts: crate::protocol::events::now_ms() }
+}
+
+fn encode(doc: &SessionDoc) -> Result<String, SessionError> {
+    serde_json::to_string(doc).map_err(|e| SessionError::Store(StoreError::Corrupt(e.to_string())))
+}
+
+impl Sessions {
+    /// The seq of the newest event in the session's log.
+    pub async fn last_seq(&self, principal: &Principal, id: &str) -> Result<u64, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        Ok(self.inner.store.log.read_after(&key, u64::MAX - 1, 1).await?.last_seq)
+    }
+
+    /// Simulates a crash (tests): stops everything without handing leases off.
+    pub fn halt(&self) {
+        self.inner.halted.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.shutdown.cancel();
+    }
+}

@@ -1,0 +1,163 @@
+//! Redis only: what the memory store cannot have — an outage at start-up,
+//! reconnection of the subscription, backoff, the connections ending with
+//! the store, and scripts reloaded after a SCRIPT FLUSH.
+
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicBool, AtomicUsize, Ordering},
+};
+
+use tokio::{
+    net::{TcpListener, TcpStream},
+    time::timeout,
+};
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
+
+use super::*;
+
+#[tokio::test]
+async fn a_redis_store_opens_while_redis_is_down_and_reports_it_unavailable() {
+    // Nothing listens on port 1.
+    let mut h = open_store(Some("redis://127.0.0.1:1".to_string()), 100);
+    let k = key("acme", "s1");
+    assert!(matches!(h.store.health.ping().await, Err(StoreError::Unavailable(_))));
+    assert!(matches!(h.store.state.load(&k).await, Err(StoreError::Unavailable(_))));
+    let results = h.store.log.append(&[batch(&k, "a", ["x"]), batch(&key("acme", "s2"), "a", ["y"])]).await;
+    assert!(results.iter().all(|r| matches!(r, Err(StoreError::Unavailable(_)))), "{results:?}");
+    // Watching only registers while the subscription is down.
+    let watched = timeout(Duration::from_secs(5), h.store.notifications.watch(&k)).await;
+    assert_eq!(watched.expect("watch answers while Redis is down"), Ok(()));
+    assert!(h.notices.try_recv().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscription_reconnects_resubscribes_and_announces_it() {
+    let proxy = Proxy::start().await;
+    let mut h = open_store(Some(proxy.url()), 100);
+    let k = key("acme", "s1");
+    create_owned(&h.store, &k, "a").await;
+    h.store.notifications.watch(&k).await.unwrap();
+
+    proxy.cut_connections();
+    // Nothing else was published meanwhile, so the first notice is this one.
+    let first = timeout(Duration::from_secs(10), h.notices.recv()).await;
+    assert_eq!(first.expect("a notice within 10 s"), Some(Notice::Resubscribed));
+    // The pool may hand out a connection that was cut: retry until it heals.
+    eventually("an append goes through again", || async {
+        h.store.log.append(&[batch(&k, "a", ["x"])]).await[0].is_ok()
+    })
+    .await;
+    assert!(matches!(
+        next_notice(&mut h.notices).await,
+        Notice::Appended { key, .. } if key == k
+    ));
+}
+
+#[tokio::test]
+async fn the_subscription_backs_off_while_redis_refuses_it() {
+    let proxy = Proxy::start().await;
+    proxy.refuse(true);
+    let h = open_store(Some(proxy.url()), 100);
+    sleep(Duration::from_secs(2)).await;
+    // 100 + 200 + 400 + 800 ms of backoff: about five attempts in two seconds.
+    let attempts = proxy.accepted();
+    assert!((1..=7).contains(&attempts), "{attempts} connection attempts");
+    drop(h);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_redis_store_closes_its_connections() {
+    let proxy = Proxy::start().await;
+    let h = open_store(Some(proxy.url()), 100);
+    h.store.health.ping().await.unwrap();
+    h.store.notifications.watch(&key("acme", "s1")).await.unwrap();
+    assert!(proxy.live() >= 2, "a pooled and a subscription connection");
+    drop(h);
+    eventually("every connection is closed", || async { proxy.live() == 0 }).await;
+}
+
+/// A TCP proxy in front of the test Redis that can cut its connections or
+/// refuse new ones, and counts them.
+struct Proxy {
+    port: u16,
+    state: Arc<ProxyState>,
+    _task: AbortOnDropHandle<()>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    accepted: AtomicUsize,
+    live: AtomicUsize,
+    refuse: AtomicBool,
+    cut: Mutex<CancellationToken>,
+}
+
+impl Proxy {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = redis_url().trim_start_matches("redis://").trim_end_matches('/').to_string();
+        let state = Arc::new(ProxyState::default());
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                shared.accepted.fetch_add(1, Ordering::SeqCst);
+                if shared.refuse.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let cut = shared.cut.lock().unwrap().clone();
+                let shared = shared.clone();
+                let upstream = upstream.clone();
+                shared.live.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            _ = cut.cancelled() => {}
+                        }
+                    }
+                    shared.live.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Self { port, state, _task: AbortOnDropHandle::new(task) }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cut_connections(&self) {
+        let mut cut = self.state.cut.lock().unwrap();
+        cut.cancel();
+        *cut = CancellationToken::new();
+    }
+
+    fn refuse(&self, refuse: bool) {
+        self.state.refuse.store(refuse, Ordering::SeqCst);
+    }
+
+    fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    fn live(&self) -> usize {
+        self.state.live.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn appends_load_the_script_again_after_a_script_flush() {
+    let h = open_store(Some(redis_url()), 100);
+    let keys = [key("acme", "s1"), key("acme", "s2")];
+    for k in &keys {
+        create_owned(&h.store, k, "a").await;
+        append_numbered(&h.store, k, 1, 1).await;
+    }
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(&mut conn).await.unwrap();
+    let results = h.store.log.append(&[batch(&keys[0], "a", ["x"]), batch(&keys[1], "b", ["y"])]).await;
+    assert_eq!(results, vec![Ok((2, 2)), Err(StoreError::NotLeaseholder)]);
+    assert_eq!(seqs_after(&h.store, &keys[0], 0, 10).await, [1, 2]);
+}
