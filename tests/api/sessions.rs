@@ -64,7 +64,7 @@ async fn a_session_produced_on_a_is_replayed_on_b_from_any_cursor_then_followed_
     // Then the live events A appends reach every follower on B, in order.
     runner.release(6);
     for (cursor, mut reader) in followers {
-        let rest = reader.to_end().await;
+        let rest = reader.rest().await;
         assert_eq!(seqs(&rest), (6..=12).collect::<Vec<_>>(), "cursor {cursor}");
         assert_eq!(rest.last().unwrap().event, "turn_ended");
         for frame in &rest {
@@ -72,12 +72,12 @@ async fn a_session_produced_on_a_is_replayed_on_b_from_any_cursor_then_followed_
             assert_eq!(frame.data["seq"], frame.id.unwrap());
         }
     }
-    let on_a_rest = on_a.to_end().await;
+    let on_a_rest = on_a.rest().await;
     assert_eq!(seqs(&on_a_rest), (6..=12).collect::<Vec<_>>());
 
     // The same cursor through `?after=` gives the same replay.
     let response = b.get(&format!("/v1/sessions/{id}/events?after=10"), Some(&token)).await;
-    assert_eq!(seqs(&SseReader::new(response).to_end().await), vec![11, 12]);
+    assert_eq!(seqs(&SseReader::new(response).rest().await), vec![11, 12]);
 }
 
 #[tokio::test]
@@ -87,7 +87,7 @@ async fn two_resumes_sent_at_once_to_a_and_b_produce_one_continuation_and_one_40
     let (a, b) = (&apps[0], &apps[1]);
     let token = a.token("acme", "alice");
     let id = a.create_session(&token, "demo").await;
-    let paused = SseReader::new(a.send_message(&token, &id, "pause").await).to_end().await;
+    let paused = SseReader::new(a.send_message(&token, &id, "pause").await).rest().await;
     let last = paused.last().unwrap();
     assert_eq!(last.event, "paused");
     assert_eq!(last.data["pending_calls"][0]["tool_call_id"], "call_1");
@@ -99,13 +99,13 @@ async fn two_resumes_sent_at_once_to_a_and_b_produce_one_continuation_and_one_40
     assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
     let (winner, loser) = if on_a.status() == StatusCode::OK { (on_a, on_b) } else { (on_b, on_a) };
     assert_error(loser, StatusCode::CONFLICT, "conflict").await;
-    let continuation = SseReader::new(winner).to_end().await;
+    let continuation = SseReader::new(winner).rest().await;
     let kinds: Vec<&str> = continuation.iter().map(|f| f.event.as_str()).collect();
     assert_eq!(kinds, vec!["resumed", "tool_result", "text_delta", "turn_ended"]);
     assert_eq!(continuation[2].data["text"], "got chart drawn");
 
     // The log holds one continuation, whichever replica is asked.
-    let log = SseReader::new(b.events(&token, &id, Some(0)).await).to_end().await;
+    let log = SseReader::new(b.events(&token, &id, Some(0)).await).rest().await;
     assert_eq!(log.iter().filter(|f| f.event == "resumed").count(), 1);
     assert_eq!(seqs(&log), (1..=log.len() as u64).collect::<Vec<_>>(), "gapless");
     // A third resume finds nothing pending.
@@ -119,7 +119,7 @@ async fn a_resume_must_answer_exactly_the_pending_calls() {
     let a = &apps[0];
     let token = a.token("acme", "alice");
     let id = a.create_session(&token, "demo").await;
-    SseReader::new(a.send_message(&token, &id, "pause").await).to_end().await;
+    SseReader::new(a.send_message(&token, &id, "pause").await).rest().await;
     let unknown = json!({"results": [{"tool_call_id": "call_9", "output": "x"}]});
     assert_error(a.tool_results(&token, &id, &unknown).await, StatusCode::BAD_REQUEST, "invalid_request").await;
     let missing = json!({"results": []});
@@ -153,7 +153,7 @@ async fn a_killed_replicas_session_is_taken_over_once_within_the_lease_time_plus
     assert!(elapsed < ttl + ttl / 3 + Duration::from_secs(1), "took over after {elapsed:?}");
 
     // The rejoined stream on B sees the takeover's events, gapless, to the end.
-    let rest = watcher.to_end().await;
+    let rest = watcher.rest().await;
     let all: Vec<u64> = seqs(&rest);
     assert_eq!(all, (3..3 + all.len() as u64).collect::<Vec<_>>());
     assert!(rest.iter().any(|f| f.data["text"] == "taken over"));
@@ -174,7 +174,7 @@ async fn another_tenant_or_subject_gets_404_on_every_session_endpoint() {
     let (a, b) = (&apps[0], &apps[1]);
     let owner = a.token("acme", "alice");
     let id = a.create_session(&owner, "demo").await;
-    SseReader::new(a.send_message(&owner, &id, "pause").await).to_end().await;
+    SseReader::new(a.send_message(&owner, &id, "pause").await).rest().await;
 
     let strangers = [b.token("globex", "alice"), b.token("acme", "bob")];
     for token in &strangers {
@@ -206,14 +206,14 @@ async fn a_cursor_beyond_retention_gets_recovery_failed_and_a_future_cursor_is_r
     let token = a.token("acme", "alice");
     let id = a.create_session(&token, "demo").await;
     runner.release(10);
-    let turn = SseReader::new(a.send_message(&token, &id, "gated 10").await).to_end().await;
+    let turn = SseReader::new(a.send_message(&token, &id, "gated 10").await).rest().await;
     assert_eq!(turn.last().unwrap().id, Some(12));
 
     let body = assert_error(a.events(&token, &id, Some(1)).await, StatusCode::GONE, "recovery_failed").await;
     assert!(body["error"]["message"].as_str().unwrap().contains("8"), "{body}");
     // The retained tail is still served.
     assert_eq!(
-        seqs(&SseReader::new(a.events(&token, &id, Some(7)).await).to_end().await),
+        seqs(&SseReader::new(a.events(&token, &id, Some(7)).await).rest().await),
         (8..=12).collect::<Vec<_>>()
     );
     assert_error(a.events(&token, &id, Some(99)).await, StatusCode::BAD_REQUEST, "invalid_request").await;
@@ -234,7 +234,7 @@ async fn the_session_view_shows_status_pending_calls_and_last_seq() {
     let apps = replicas(2, &runner, |_| {}).await;
     let token = apps[0].token("acme", "alice");
     let id = apps[0].create_session(&token, "demo").await;
-    SseReader::new(apps[0].send_message(&token, &id, "pause").await).to_end().await;
+    SseReader::new(apps[0].send_message(&token, &id, "pause").await).rest().await;
     let view: Value = apps[1].get(&format!("/v1/sessions/{id}"), Some(&token)).await.json().await.unwrap();
     assert_eq!(view["status"], "awaiting_client");
     assert_eq!(view["last_seq"], 3);

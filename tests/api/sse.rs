@@ -50,21 +50,8 @@ impl SseReader {
         panic!("the stream ended before seq {seq}: {frames:?}");
     }
 
-    /// Frames up to and including the first of type `event`.
-    pub async fn until_event(&mut self, event: &str) -> Vec<Frame> {
-        let mut frames = Vec::new();
-        while let Some(frame) = self.next().await {
-            let done = frame.event == event;
-            frames.push(frame);
-            if done {
-                return frames;
-            }
-        }
-        panic!("the stream ended before a {event} event: {frames:?}");
-    }
-
     /// Every frame until the server ends the stream.
-    pub async fn to_end(&mut self) -> Vec<Frame> {
+    pub async fn rest(&mut self) -> Vec<Frame> {
         let mut frames = Vec::new();
         while let Some(frame) = self.next().await {
             frames.push(frame);
