@@ -167,6 +167,7 @@ impl From<crate::sessions::SessionError> for ApiError {
         use crate::{sessions::SessionError as E, store::StoreError as S};
         match error {
             E::NotFound => Self::not_found("session not found"),
+            E::RelayNotFound => Self::not_found("relay not found"),
             E::Conflict(message) => Self::conflict(message),
             E::Invalid(message) => Self::bad_request(message),
             e @ E::CursorExpired { .. } => Self::new(ErrorCode::RecoveryFailed, e.to_string()),

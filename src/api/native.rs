@@ -16,7 +16,7 @@ use crate::{
     auth::Principal,
     error::ApiError,
     providers::{ChatMessage, Role},
-    sessions::{SessionDoc, ToolOutput},
+    sessions::{Resume, SessionDoc},
 };
 
 #[derive(Debug, Deserialize)]
@@ -32,7 +32,7 @@ pub async fn create(
     Json(body): Json<CreateSession>,
 ) -> Result<Response, ApiError> {
     super::check_model(&state, &principal, &body.model)?;
-    let doc = state.sessions.create(&principal, &body.model, "native").await?;
+    let doc = state.sessions.create(&principal, &body.model, "native", Default::default()).await?;
     Ok((StatusCode::CREATED, Json(view(&doc, 0))).into_response())
 }
 
@@ -113,9 +113,8 @@ pub async fn tool_results(
     Path(id): Path<String>,
     Json(body): Json<ToolResults>,
 ) -> Result<Response, ApiError> {
-    let outputs =
-        body.results.into_iter().map(|r| ToolOutput { tool_call_id: r.tool_call_id, output: r.output }).collect();
-    let cursor = state.sessions.submit_tool_results(&principal, &id, outputs).await?;
+    let outputs = body.results.into_iter().map(|r| (r.tool_call_id, r.output)).collect();
+    let cursor = state.sessions.resume(&principal, &id, Resume { outputs, decisions: vec![] }).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
     Ok(sse::native(&state, follower))
 }

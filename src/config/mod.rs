@@ -129,6 +129,35 @@ pub struct ModelConfig {
     pub api_key: Option<Secret>,
     pub context_window: u32,
     pub max_output_tokens: u32,
+    pub resilience: Resilience,
+}
+
+/// How a provider guards each upstream call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resilience {
+    /// TCP + TLS connect.
+    pub connect_timeout: Duration,
+    /// From sending the request to the first streamed event.
+    pub first_byte_timeout: Duration,
+    /// Longest silence between two streamed events.
+    pub idle_timeout: Duration,
+    /// Retries after the first attempt; only before the first event.
+    pub max_retries: u32,
+    /// First backoff; doubled per retry, with jitter. `Retry-After` wins
+    /// when the upstream sends one.
+    pub retry_base: Duration,
+}
+
+impl Default for Resilience {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_retries: 2,
+            retry_base: Duration::from_millis(250),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -86,6 +86,11 @@ pub struct RawModel {
     pub api_key_env: Option<String>,
     pub context_window: Option<u32>,
     pub max_output_tokens: Option<u32>,
+    pub connect_timeout_secs: Option<u64>,
+    pub first_byte_timeout_secs: Option<u64>,
+    pub idle_timeout_secs: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub retry_base_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -165,6 +165,16 @@ fn validate_model(
         api_key,
         context_window,
         max_output_tokens,
+        resilience: {
+            let d = super::Resilience::default();
+            super::Resilience {
+                connect_timeout: raw.connect_timeout_secs.map_or(d.connect_timeout, Duration::from_secs),
+                first_byte_timeout: raw.first_byte_timeout_secs.map_or(d.first_byte_timeout, Duration::from_secs),
+                idle_timeout: raw.idle_timeout_secs.map_or(d.idle_timeout, Duration::from_secs),
+                max_retries: raw.max_retries.unwrap_or(d.max_retries),
+                retry_base: raw.retry_base_ms.map_or(d.retry_base, Duration::from_millis),
+            }
+        },
     })
 }
 

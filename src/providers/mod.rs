@@ -5,7 +5,10 @@
 //! run tools or decide permissions (the orchestrator does). The `demo`
 //! provider is deterministic and needs no network.
 
+mod anthropic;
 mod demo;
+mod openai;
+mod retry;
 mod types;
 
 use std::pin::Pin;
@@ -13,7 +16,7 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use futures::Stream;
 
-pub use self::{demo::DemoProvider, types::*};
+pub use self::{anthropic::AnthropicProvider, demo::DemoProvider, openai::OpenAiProvider, types::*};
 
 pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, ProviderError>> + Send>>;
 
@@ -40,4 +43,31 @@ pub enum ProviderError {
     Disconnected(String),
     #[error("upstream sent something unexpected: {0}")]
     Protocol(String),
+}
+
+/// The providers of every configured model alias, built once at start-up.
+pub struct Providers {
+    by_alias: std::collections::HashMap<String, std::sync::Arc<dyn ModelProvider>>,
+}
+
+impl Providers {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let by_alias = config
+            .models
+            .iter()
+            .map(|(alias, model)| {
+                let provider: std::sync::Arc<dyn ModelProvider> = match model.provider {
+                    crate::config::ProviderKind::Demo => std::sync::Arc::new(DemoProvider::default()),
+                    crate::config::ProviderKind::OpenAiCompatible => std::sync::Arc::new(OpenAiProvider::new(model)),
+                    crate::config::ProviderKind::Anthropic => std::sync::Arc::new(AnthropicProvider::new(model)),
+                };
+                (alias.clone(), provider)
+            })
+            .collect();
+        Self { by_alias }
+    }
+
+    pub fn get(&self, alias: &str) -> Option<std::sync::Arc<dyn ModelProvider>> {
+        self.by_alias.get(alias).cloned()
+    }
 }

@@ -10,6 +10,7 @@
 //! and to that tenant's tokens with the `sessions:admin` scope. Anything else
 //! — another subject, another tenant, a missing id — is the same 404.
 
+mod commands;
 pub mod hub;
 mod leases;
 mod run;
@@ -23,15 +24,16 @@ use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::{
+    commands::{Decision, Resume},
     hub::{EventHub, FollowItem},
     run::RunHandle,
-    state::{SessionDoc, Status},
+    state::{SessionDoc, SessionOptions, Status, TurnState},
 };
 use crate::{
     auth::Principal,
     config::Config,
     protocol::{AgentRef, EventKind, events::Event},
-    providers::{ChatMessage, Usage},
+    providers::Usage,
     store::{LeaseOp, Notice, SessionKey, Store, StoreError, Versioned, WriteOutcome},
 };
 
@@ -42,6 +44,8 @@ pub const ADMIN_SCOPE: &str = "sessions:admin";
 pub enum SessionError {
     #[error("session not found")]
     NotFound,
+    #[error("relay not found")]
+    RelayNotFound,
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -58,13 +62,6 @@ pub enum SessionError {
 #[async_trait]
 pub trait TurnRunner: Send + Sync {
     async fn run(&self, handle: RunHandle);
-}
-
-/// A client's answer to a pending tool call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutput {
-    pub tool_call_id: String,
-    pub output: String,
 }
 
 #[derive(Clone)]
@@ -133,7 +130,13 @@ impl Sessions {
     }
 
     /// Creates an idle session owned by `principal`.
-    pub async fn create(&self, principal: &Principal, model: &str, dialect: &str) -> Result<SessionDoc, SessionError> {
+    pub async fn create(
+        &self,
+        principal: &Principal,
+        model: &str,
+        dialect: &str,
+        options: SessionOptions,
+    ) -> Result<SessionDoc, SessionError> {
         let id = uuid::Uuid::now_v7().to_string();
         let now = crate::protocol::events::now_ms();
         let doc = SessionDoc {
@@ -154,6 +157,10 @@ impl Sessions {
             last_seq: 0,
             trace_parent: None,
             error: None,
+            options,
+            turn_state: TurnState::default(),
+            decisions: Vec::new(),
+            cancel_requested: false,
         };
         let key = SessionKey::new(principal.tenant.clone(), id);
         match self.inner.store.state.create(&key, &encode(&doc)?, LeaseOp::None).await? {
@@ -199,72 +206,6 @@ impl Sessions {
         Ok(self.inner.hub.follow(key, after, !doc.status.is_active()).await)
     }
 
-    /// Starts a turn with a new user message on an idle, completed or failed
-    /// session, on this replica. Returns the seq just before the turn's first
-    /// event (the cursor from which to follow it).
-    pub async fn start_turn(&self, principal: &Principal, id: &str, message: ChatMessage) -> Result<u64, SessionError> {
-        let key = SessionKey::new(principal.tenant.clone(), id);
-        let (version, mut doc) = self.load_visible(principal, &key).await?;
-        if !doc.status.can_become(Status::Running) || doc.status == Status::AwaitingClient {
-            return Err(SessionError::Conflict(format!(
-                "the session is {}: it cannot take a new message now",
-                doc.status.as_str()
-            )));
-        }
-        doc.turn += 1;
-        doc.messages.push(message);
-        doc.error = None;
-        let turn = doc.turn;
-        let model = doc.model.clone();
-        self.activate(&key, version, doc, vec![EventKind::TurnStarted { turn, model }]).await
-    }
-
-    /// Resumes a session paused for the client with its answers to every
-    /// pending call. Exactly one of several concurrent resumes wins; the
-    /// others get a conflict. Returns the cursor to follow the continuation.
-    pub async fn submit_tool_results(
-        &self,
-        principal: &Principal,
-        id: &str,
-        outputs: Vec<ToolOutput>,
-    ) -> Result<u64, SessionError> {
-        let key = SessionKey::new(principal.tenant.clone(), id);
-        let (version, mut doc) = self.load_visible(principal, &key).await?;
-        if doc.status != Status::AwaitingClient {
-            return Err(SessionError::Conflict(format!(
-                "the session is {}, not waiting for tool results",
-                doc.status.as_str()
-            )));
-        }
-        let pending: Vec<&str> = doc.pending_calls.iter().map(|c| c.tool_call_id.as_str()).collect();
-        for output in &outputs {
-            if !pending.contains(&output.tool_call_id.as_str()) {
-                return Err(SessionError::Invalid(format!(
-                    "tool call {:?} is not pending in this session",
-                    output.tool_call_id
-                )));
-            }
-        }
-        for id in &pending {
-            if outputs.iter().filter(|o| o.tool_call_id == *id).count() != 1 {
-                return Err(SessionError::Invalid(format!("tool call {id:?} needs exactly one result")));
-            }
-        }
-        let mut events = vec![EventKind::Resumed { turn: doc.turn }];
-        for call in std::mem::take(&mut doc.pending_calls) {
-            let output = outputs.iter().find(|o| o.tool_call_id == call.tool_call_id).map(|o| o.output.clone());
-            let output = output.unwrap_or_default();
-            doc.messages.push(ChatMessage::tool_result(&call.tool_call_id, &output));
-            events.push(EventKind::ToolResult {
-                tool_call_id: call.tool_call_id,
-                name: call.tool,
-                status: "success".into(),
-                output: serde_json::Value::String(output),
-            });
-        }
-        self.activate(&key, version, doc, events).await
-    }
-
     /// CAS the document to `running` on this replica (taking the lease),
     /// append `events`, and start the runner. Returns the cursor before them.
     async fn activate(
@@ -287,10 +228,14 @@ impl Sessions {
                 return Err(SessionError::Conflict("another replica is running this session".into()));
             }
         };
-        let stamped = events.into_iter().map(|kind| stamp(kind, main_agent())).collect();
-        let (first, _) = self.inner.hub.append(key, stamped).await?;
+        let cursor = if events.is_empty() {
+            0
+        } else {
+            let stamped = events.into_iter().map(|kind| stamp(kind, main_agent())).collect();
+            self.inner.hub.append(key, stamped).await?.0 - 1
+        };
         self.spawn_runner(key.clone(), new_version, doc, None);
-        Ok(first - 1)
+        Ok(cursor)
     }
 
     /// Hands a session whose lease this replica now holds to the runner.
@@ -324,6 +269,13 @@ impl Sessions {
         };
         let doc = serde_json::from_str(&doc).map_err(|e| StoreError::Corrupt(format!("session document: {e}")))?;
         Ok((version, doc))
+    }
+
+    /// Wakes the turn of `key` if it runs on this replica.
+    fn wake_local(&self, key: &SessionKey) {
+        if let Some(running) = self.inner.running.get(key) {
+            running.wake.notify_one();
+        }
     }
 
     /// The session stopped running here (paused, ended, or lost).

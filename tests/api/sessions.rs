@@ -212,10 +212,7 @@ async fn a_cursor_beyond_retention_gets_recovery_failed_and_a_future_cursor_is_r
     let body = assert_error(a.events(&token, &id, Some(1)).await, StatusCode::GONE, "recovery_failed").await;
     assert!(body["error"]["message"].as_str().unwrap().contains("8"), "{body}");
     // The retained tail is still served.
-    assert_eq!(
-        seqs(&SseReader::new(a.events(&token, &id, Some(7)).await).rest().await),
-        (8..=12).collect::<Vec<_>>()
-    );
+    assert_eq!(seqs(&SseReader::new(a.events(&token, &id, Some(7)).await).rest().await), (8..=12).collect::<Vec<_>>());
     assert_error(a.events(&token, &id, Some(99)).await, StatusCode::BAD_REQUEST, "invalid_request").await;
     let response = a
         .client

@@ -6,7 +6,7 @@
 //!   permit ([`ScriptedRunner::release`]), then ends the turn;
 //! - `pause`: appends a delta, then pauses with one pending frontend call
 //!   `call_1` (`render_chart`);
-//! - after a resume (the last message is a tool result): appends a delta
+//! - after a resume (the pending call has its result): appends a delta
 //!   quoting it and ends the turn.
 //!
 //! A run that is a takeover is counted and ends the turn at once.
@@ -19,8 +19,11 @@ use std::sync::{
 use async_trait::async_trait;
 use switchboard::{
     protocol::{AgentRef, EventKind, PendingCall, TurnEndReason},
-    providers::{Role, Usage},
-    sessions::{RunHandle, TurnRunner},
+    providers::{ToolCall, Usage},
+    sessions::{
+        RunHandle, TurnRunner,
+        state::{CallPlan, PlannedCall},
+    },
 };
 use tokio::sync::{Notify, Semaphore};
 
@@ -78,14 +81,14 @@ impl TurnRunner for ScriptedRunner {
             let _ = handle.finish(TurnEndReason::Final, 1, Usage::default()).await;
             return;
         }
-        let last = handle.doc().messages.last().cloned();
-        let Some(last) = last else { return };
-        if last.role == Role::Tool {
-            let text = format!("got {}", last.content.unwrap_or_default());
+        let answered = handle.doc().turn_state.calls.first().and_then(|c| c.result.clone());
+        if let Some(result) = answered {
+            let text = format!("got {}", result.output);
             let _ = handle.append(&agent, vec![delta(text)]).await;
             let _ = handle.finish(TurnEndReason::Final, 2, Usage::default()).await;
             return;
         }
+        let Some(last) = handle.doc().messages.last().cloned() else { return };
         let content = last.content.unwrap_or_default();
         if content == "pause" {
             let _ = handle.append(&agent, vec![delta("let me draw that")]).await;
@@ -94,7 +97,19 @@ impl TurnRunner for ScriptedRunner {
                 tool: "render_chart".into(),
                 arguments: serde_json::json!({"metric": "cpu"}),
             };
-            let _ = handle.pause(vec![], vec![call]).await;
+            let planned = PlannedCall {
+                call: ToolCall {
+                    id: "call_1".into(),
+                    name: "render_chart".into(),
+                    arguments: r#"{"metric":"cpu"}"#.into(),
+                },
+                plan: CallPlan::Client,
+                result: None,
+            };
+            let mut handle = handle;
+            if handle.checkpoint(|doc| doc.turn_state.calls = vec![planned.clone()]).await.is_ok() {
+                let _ = handle.pause(vec![], vec![call]).await;
+            }
         } else if let Some(n) = content.strip_prefix("gated ").and_then(|n| n.parse::<usize>().ok()) {
             for i in 1..=n {
                 tokio::select! {

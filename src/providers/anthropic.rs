@@ -1,0 +1,24 @@
+//! Anthropic Messages streaming (being written).
+
+use async_trait::async_trait;
+
+use super::{ModelProvider, ModelRequest, ModelStream, ProviderError};
+use crate::config::ModelConfig;
+
+pub struct AnthropicProvider {}
+
+impl AnthropicProvider {
+    pub fn new(_model: &ModelConfig) -> Self {
+        Self {}
+    }
+}
+
+#[async_trait]
+impl ModelProvider for AnthropicProvider {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+    async fn stream(&self, _request: ModelRequest) -> Result<ModelStream, ProviderError> {
+        Err(ProviderError::Protocol("not implemented yet".into()))
+    }
+}

@@ -1,0 +1,1 @@
+//! Retries with backoff before the first event (being written).

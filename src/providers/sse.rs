@@ -1,0 +1,124 @@
+//! Reading an upstream's SSE body: the shared pump that turns
+//! `text/event-stream` bytes into [`ModelEvent`]s through a per-provider
+//! [`Decoder`], with the first-byte and idle timeouts applied.
+//!
+//! It owns no task and no retry: the pump owns the response body, so
+//! dropping the [`ModelStream`] made from it closes the upstream connection.
+//! Retrying (before anything was yielded) is `retry.rs`'s business.
+
+use std::{collections::VecDeque, pin::Pin, time::Duration};
+
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures::{Stream, StreamExt, stream};
+use tokio::time::Instant;
+
+use super::{ModelEvent, ModelStream, ProviderError};
+
+/// One provider's wire format: what each SSE event means.
+pub(super) trait Decoder: Send + 'static {
+    /// Handles one SSE event, pushing the events it means onto `out`.
+    /// Returns `true` once the response is complete (`[DONE]`,
+    /// `message_stop`): nothing after it is read.
+    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ProviderError>;
+
+    /// The body ended cleanly before the decoder saw the end of the response.
+    /// By default that is a lost connection; a decoder may accept it instead.
+    fn on_eof(&mut self, _out: &mut VecDeque<ModelEvent>) -> Result<(), ProviderError> {
+        Err(ProviderError::Disconnected("stream ended before the response was complete".into()))
+    }
+}
+
+type SseStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+/// Pulls [`ModelEvent`]s out of one upstream response.
+pub(super) struct Pump<D> {
+    events: SseStream,
+    decoder: D,
+    pending: VecDeque<ModelEvent>,
+    /// Until the first SSE event arrives, the first-byte deadline applies
+    /// (it started when the request was sent); after it, the idle timeout.
+    first_byte_deadline: Option<Instant>,
+    idle_timeout: Duration,
+    /// Set once the response completed or failed: only `pending` is left.
+    ended: bool,
+}
+
+impl<D: Decoder> Pump<D> {
+    pub(super) fn new(response: reqwest::Response, decoder: D, first_byte_deadline: Instant, idle: Duration) -> Self {
+        Self {
+            events: Box::pin(response.bytes_stream().eventsource()),
+            decoder,
+            pending: VecDeque::new(),
+            first_byte_deadline: Some(first_byte_deadline),
+            idle_timeout: idle,
+            ended: false,
+        }
+    }
+
+    /// The next event, an error (after which the pump ends), or `None` at the
+    /// end of the response. Never waits longer than the timeouts allow.
+    pub(super) async fn next(&mut self) -> Option<Result<ModelEvent, ProviderError>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.ended {
+                return None;
+            }
+            if let Err(error) = self.read_one().await {
+                self.ended = true;
+                return Some(Err(error));
+            }
+        }
+    }
+
+    /// Reads one SSE event (or the end of the body) and decodes it.
+    async fn read_one(&mut self) -> Result<(), ProviderError> {
+        let next = match self.first_byte_deadline {
+            Some(deadline) => {
+                tokio::time::timeout_at(deadline, self.events.next()).await.map_err(|_| timeout_first_byte())?
+            }
+            None => tokio::time::timeout(self.idle_timeout, self.events.next())
+                .await
+                .map_err(|_| ProviderError::Timeout("idle"))?,
+        };
+        self.first_byte_deadline = None;
+        match next {
+            Some(Ok(event)) => {
+                self.ended = self.decoder.on_event(&event, &mut self.pending)?;
+                Ok(())
+            }
+            Some(Err(EventStreamError::Transport(error))) => Err(ProviderError::Disconnected(describe(&error))),
+            Some(Err(EventStreamError::Utf8(_))) => Err(ProviderError::Protocol("stream is not valid UTF-8".into())),
+            // The parser's error quotes the offending input: model output, so not repeated here.
+            Some(Err(EventStreamError::Parser(_))) => Err(ProviderError::Protocol("malformed SSE framing".into())),
+            None => {
+                self.ended = true;
+                self.decoder.on_eof(&mut self.pending)
+            }
+        }
+    }
+
+    /// The rest of the response as a stream, `first` (already received) ahead.
+    pub(super) fn into_stream(self, first: ModelEvent) -> ModelStream {
+        let rest = stream::unfold(self, |mut pump| async move { pump.next().await.map(|item| (item, pump)) });
+        Box::pin(stream::once(async move { Ok(first) }).chain(rest))
+    }
+}
+
+pub(super) fn timeout_first_byte() -> ProviderError {
+    ProviderError::Timeout("first byte")
+}
+
+/// A transport error with its causes, for logs and `Disconnected`. reqwest
+/// errors name the URL (never a header), so no key can leak through here.
+pub(super) fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
