@@ -28,6 +28,7 @@ use crate::{
     auth::{self, Authenticator},
     config::Config,
     error,
+    orchestrator::{Orchestrator, prompt},
     sessions::{Sessions, TurnRunner},
     store::{NOTICE_CHANNEL, Store, StoreError},
     telemetry::metrics::Metrics,
@@ -82,9 +83,11 @@ impl Application {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let sessions = Sessions::start(store.clone(), notices_rx, config.clone(), tasks.clone(), shutdown.clone());
-        if let Some(runner) = runner {
-            sessions.set_runner(runner);
-        }
+        let runner = runner.unwrap_or_else(|| {
+            let enabled = prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref());
+            Orchestrator::new(config.clone(), enabled)
+        });
+        sessions.set_runner(runner);
         let state = AppState { config, store, sessions, metrics: Arc::new(Metrics::new()), shutdown, tasks };
         let router = router(state.clone(), authenticator);
         Ok(Self { listener, router, state })

@@ -10,6 +10,8 @@
 //! - [`sessions`]  — the sessions service: state machine, event hub, leases, takeover.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
 //! - [`protocol`]  — the canonical event model and one encoder per dialect.
+//! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents.
+//! - [`tools`]     — server-side tools (HTTP, built-in demo).
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs and Prometheus metrics.
 
@@ -19,8 +21,10 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod orchestrator;
 pub mod protocol;
 pub mod providers;
 pub mod sessions;
 pub mod store;
 pub mod telemetry;
+pub mod tools;

@@ -27,6 +27,8 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/events", get(native::events))
         .route("/v1/sessions/{id}/messages", post(native::send_message))
         .route("/v1/sessions/{id}/tool-results", post(native::tool_results))
+        .route("/v1/sessions/{id}/relays/{relay_id}", post(native::decide_relay))
+        .route("/v1/sessions/{id}/cancel", post(native::cancel))
 }
 
 pub async fn not_found() -> ApiError {
@@ -51,4 +53,18 @@ fn check_model(state: &AppState, principal: &crate::auth::Principal, model: &str
             format!("unknown model {model:?}; allowed: {}", allowed.join(", ")),
         ))
     }
+}
+
+/// Frontend tools may not shadow server tools (or the `agent` tool), and
+/// names must be unique.
+fn check_frontend_tools(state: &AppState, tools: &[crate::sessions::state::FrontendTool]) -> Result<(), ApiError> {
+    for (i, tool) in tools.iter().enumerate() {
+        if state.config.tool(&tool.name).is_some() || tool.name == "agent" {
+            return Err(ApiError::bad_request(format!("frontend tool {:?} has the name of a server tool", tool.name)));
+        }
+        if tools[..i].iter().any(|t| t.name == tool.name) {
+            return Err(ApiError::bad_request(format!("frontend tool {:?} is declared twice", tool.name)));
+        }
+    }
+    Ok(())
 }

@@ -16,13 +16,30 @@ use crate::{
     auth::Principal,
     error::ApiError,
     providers::{ChatMessage, Role},
-    sessions::{Resume, SessionDoc},
+    sessions::{
+        Decision, Resume, SessionDoc,
+        state::{ApprovalMode, FrontendTool, PermissionRules, RelayDecision, SessionOptions},
+    },
 };
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
     pub model: String,
+    /// Tools the client runs itself (`mode`: `pause` or `noop`).
+    #[serde(default)]
+    pub frontend_tools: Vec<FrontendTool>,
+    /// llm-gateway's `{allowlist, allowOnce, deny}`.
+    #[serde(default)]
+    pub permissions: Option<PermissionRules>,
+    pub max_iterations: Option<u32>,
+    pub max_depth: Option<u32>,
+    pub additional_system_prompt: Option<String>,
+    pub response_format: Option<Value>,
+    /// `relay` (default: decisions over the relay endpoint while the stream
+    /// stays open) or `pause` (the stream ends; answer with tool-results).
+    #[serde(default)]
+    pub approval: ApprovalMode,
 }
 
 /// `POST /v1/sessions`: an idle session on the given model alias.
@@ -32,7 +49,18 @@ pub async fn create(
     Json(body): Json<CreateSession>,
 ) -> Result<Response, ApiError> {
     super::check_model(&state, &principal, &body.model)?;
-    let doc = state.sessions.create(&principal, &body.model, "native", Default::default()).await?;
+    super::check_frontend_tools(&state, &body.frontend_tools)?;
+    let options = SessionOptions {
+        frontend_tools: body.frontend_tools,
+        rules: body.permissions.unwrap_or_default(),
+        max_iterations: body.max_iterations,
+        max_depth: body.max_depth,
+        additional_system_prompt: body.additional_system_prompt,
+        response_format: body.response_format,
+        approval: body.approval,
+        ..SessionOptions::default()
+    };
+    let doc = state.sessions.create(&principal, &body.model, "native", options).await?;
     Ok((StatusCode::CREATED, Json(view(&doc, 0))).into_response())
 }
 
@@ -94,7 +122,19 @@ pub async fn send_message(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolResults {
+    #[serde(default)]
     pub results: Vec<ToolResultBody>,
+    /// Answers to approvals a paused turn waits for.
+    #[serde(default)]
+    pub decisions: Vec<DecisionBody>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    pub tool_call_id: String,
+    pub approved: bool,
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,7 +154,12 @@ pub async fn tool_results(
     Json(body): Json<ToolResults>,
 ) -> Result<Response, ApiError> {
     let outputs = body.results.into_iter().map(|r| (r.tool_call_id, r.output)).collect();
-    let cursor = state.sessions.resume(&principal, &id, Resume { outputs, decisions: vec![] }).await?;
+    let decisions = body
+        .decisions
+        .into_iter()
+        .map(|d| Decision { tool_call_id: d.tool_call_id, approved: d.approved, reason: d.reason })
+        .collect();
+    let cursor = state.sessions.resume(&principal, &id, Resume { outputs, decisions }).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
     Ok(sse::native(&state, follower))
 }
@@ -134,4 +179,37 @@ fn view(doc: &SessionDoc, last_seq: u64) -> Value {
         "usage": doc.usage,
         "error": doc.error,
     })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayDecisionBody {
+    pub approved: bool,
+    #[serde(default)]
+    pub always: bool,
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}/relays/{relayId}`: decide a live relay, on any
+/// replica. 409 when it was already decided.
+pub async fn decide_relay(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((id, relay_id)): Path<(String, String)>,
+    Json(body): Json<RelayDecisionBody>,
+) -> Result<Json<Value>, ApiError> {
+    let decision =
+        RelayDecision { relay_id: relay_id.clone(), approved: body.approved, always: body.always, reason: body.reason };
+    state.sessions.decide_relay(&principal, Some(&id), &relay_id, decision).await?;
+    Ok(Json(json!({"relay_id": relay_id, "decided": true})))
+}
+
+/// `POST /v1/sessions/{id}/cancel`: stop the running (or paused) turn.
+pub async fn cancel(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    state.sessions.cancel(&principal, &id).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"id": id, "cancel_requested": true}))))
 }

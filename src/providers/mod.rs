@@ -9,6 +9,7 @@ mod anthropic;
 mod demo;
 mod openai;
 mod retry;
+mod sse;
 mod types;
 
 use std::pin::Pin;

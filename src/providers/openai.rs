@@ -1,15 +1,70 @@
-//! OpenAI-compatible Chat Completions streaming (being written).
+//! OpenAI-compatible Chat Completions, streamed (`POST {base}/chat/completions`
+//! with `stream: true`): OpenAI, vLLM, Ollama, llama.cpp, LiteLLM and most
+//! other servers.
+//!
+//! This file owns the wire format only: the request body and the mapping of
+//! `data:` chunks to [`ModelEvent`]s. Retries and timeouts are `retry.rs`'s,
+//! reading SSE is `sse.rs`'s.
+//!
+//! Choices other than index 0 are ignored (we never ask for `n > 1`). Usage
+//! and the finish reason are held back and emitted once, in that order, at
+//! `[DONE]`. A body that ends cleanly without `[DONE]` after a finish reason
+//! counts as complete (some servers omit it); without a finish reason it is a
+//! lost connection.
+
+use std::collections::{BTreeMap, VecDeque};
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use eventsource_stream::Event;
+use reqwest::{
+    RequestBuilder,
+    header::{ACCEPT, CONTENT_TYPE},
+};
+use serde_json::{Value, json};
 
-use super::{ModelProvider, ModelRequest, ModelStream, ProviderError};
-use crate::config::ModelConfig;
+use super::{
+    ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role, Usage,
+    retry::{self, Upstream},
+    sse::Decoder,
+};
+use crate::config::{ModelConfig, Resilience, Secret};
 
-pub struct OpenAiProvider {}
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<Secret>,
+    max_output_tokens: u32,
+    resilience: Resilience,
+}
 
 impl OpenAiProvider {
-    pub fn new(_model: &ModelConfig) -> Self {
-        Self {}
+    pub fn new(model: &ModelConfig) -> Self {
+        Self {
+            client: retry::client(&model.resilience),
+            url: format!("{}/chat/completions", model.base_url),
+            model: model.model.clone(),
+            api_key: model.api_key.clone(),
+            max_output_tokens: model.max_output_tokens,
+            resilience: model.resilience,
+        }
+    }
+
+    /// The one place an upstream request is built: every header (a future
+    /// `traceparent` included) is added here.
+    fn request(&self, body: Bytes) -> RequestBuilder {
+        let builder = self
+            .client
+            .post(&self.url)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream")
+            .body(body);
+        match &self.api_key {
+            // `bearer_auth` marks the header sensitive, so it is never logged.
+            Some(key) => builder.bearer_auth(key.expose()),
+            None => builder,
+        }
     }
 }
 
@@ -18,7 +73,310 @@ impl ModelProvider for OpenAiProvider {
     fn name(&self) -> &'static str {
         "openai"
     }
-    async fn stream(&self, _request: ModelRequest) -> Result<ModelStream, ProviderError> {
-        Err(ProviderError::Protocol("not implemented yet".into()))
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
+        let model = if request.model.is_empty() { self.model.as_str() } else { request.model.as_str() };
+        let max_tokens =
+            if request.max_output_tokens == 0 { self.max_output_tokens } else { request.max_output_tokens };
+        let body = Bytes::from(request_body(&request, model, max_tokens).to_string());
+        let upstream = Upstream {
+            provider: self.name(),
+            model,
+            resilience: self.resilience,
+            api_key: self.api_key.as_ref().map(Secret::expose),
+        };
+        retry::open(&upstream, || self.request(body.clone()), ChunkDecoder::default).await
+    }
+}
+
+fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Value {
+    let mut body = json!({
+        "model": model,
+        "messages": request.messages.iter().map(message).collect::<Vec<_>>(),
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "max_tokens": max_tokens,
+    });
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    if let Some(format) = &request.response_format {
+        body["response_format"] = format.clone();
+    }
+    body
+}
+
+fn message(m: &ChatMessage) -> Value {
+    let text = m.content.as_deref().unwrap_or_default();
+    match m.role {
+        Role::System => json!({"role": "system", "content": text}),
+        Role::User if m.images.is_empty() => json!({"role": "user", "content": text}),
+        Role::User => {
+            let text_part = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
+            let images = m.images.iter().map(|image| {
+                let mut url = json!({"url": image.url});
+                if let Some(detail) = &image.detail {
+                    url["detail"] = json!(detail);
+                }
+                json!({"type": "image_url", "image_url": url})
+            });
+            json!({"role": "user", "content": text_part.into_iter().chain(images).collect::<Vec<_>>()})
+        }
+        Role::Assistant => {
+            let content = if text.is_empty() && !m.tool_calls.is_empty() { Value::Null } else { json!(text) };
+            let mut out = json!({"role": "assistant", "content": content});
+            if !m.tool_calls.is_empty() {
+                let calls: Vec<Value> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                    .collect();
+                out["tool_calls"] = Value::Array(calls);
+            }
+            out
+        }
+        Role::Tool => {
+            json!({"role": "tool", "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(), "content": text})
+        }
+    }
+}
+
+/// A tool call being streamed: its start waits for both id and name.
+#[derive(Default)]
+struct PendingCall {
+    id: Option<String>,
+    name: Option<String>,
+    started: bool,
+    /// Argument fragments that arrived before the start could be emitted.
+    buffered: String,
+}
+
+#[derive(Default)]
+struct ChunkDecoder {
+    calls: BTreeMap<u32, PendingCall>,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+}
+
+impl Decoder for ChunkDecoder {
+    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ProviderError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.complete(out)?;
+            return Ok(true);
+        }
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|_| ProviderError::Protocol("a stream chunk is not JSON".into()))?;
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            let kind = error["type"].as_str().or_else(|| error["code"].as_str()).unwrap_or_default();
+            let code = error["code"].as_u64().and_then(|c| u16::try_from(c).ok());
+            let message = error["message"].as_str().or_else(|| error.as_str()).unwrap_or_default();
+            return Err(retry::stream_error(kind, code, message));
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(Usage {
+                input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+                cache_read_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+                cache_write_tokens: 0,
+            });
+        }
+        let choices = chunk["choices"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for choice in choices.iter().filter(|c| c["index"].as_u64().unwrap_or(0) == 0) {
+            self.on_delta(&choice["delta"], out);
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                self.finish = Some(finish_reason(reason));
+            }
+        }
+        Ok(false)
+    }
+
+    fn on_eof(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ProviderError> {
+        if self.finish.is_none() {
+            return Err(ProviderError::Disconnected("stream ended before [DONE]".into()));
+        }
+        self.complete(out)
+    }
+}
+
+impl ChunkDecoder {
+    fn on_delta(&mut self, delta: &Value, out: &mut VecDeque<ModelEvent>) {
+        let reasoning = delta["reasoning_content"].as_str().or_else(|| delta["reasoning"].as_str());
+        if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+            out.push_back(ModelEvent::ReasoningDelta(text.to_string()));
+        }
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            out.push_back(ModelEvent::TextDelta(text.to_string()));
+        }
+        let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for (position, call) in calls.iter().enumerate() {
+            let index = call["index"].as_u64().and_then(|i| u32::try_from(i).ok()).unwrap_or(position as u32);
+            let pending = self.calls.entry(index).or_default();
+            let non_empty = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+            pending.id = pending.id.take().or_else(|| non_empty(&call["id"]));
+            pending.name = pending.name.take().or_else(|| non_empty(&call["function"]["name"]));
+            if let (false, Some(id), Some(name)) = (pending.started, &pending.id, &pending.name) {
+                let (id, name) = (id.clone(), name.clone());
+                start(index, id, name, pending, out);
+            }
+            if let Some(fragment) = call["function"]["arguments"].as_str().filter(|f| !f.is_empty()) {
+                if pending.started {
+                    out.push_back(ModelEvent::ToolCallDelta { index, fragment: fragment.to_string() });
+                } else {
+                    pending.buffered.push_str(fragment);
+                }
+            }
+        }
+    }
+
+    /// The response is complete: open any call still waiting for its id (some
+    /// servers never send one), then emit usage and the finish reason.
+    fn complete(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ProviderError> {
+        for (index, pending) in self.calls.iter_mut().filter(|(_, p)| !p.started) {
+            let Some(name) = pending.name.clone() else {
+                return Err(ProviderError::Protocol(format!("tool call {index} has no name")));
+            };
+            let id = pending.id.clone().unwrap_or_else(|| format!("call_{index}"));
+            start(*index, id, name, pending, out);
+        }
+        if let Some(usage) = self.usage {
+            out.push_back(ModelEvent::Usage(usage));
+        }
+        let inferred = if self.calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        out.push_back(ModelEvent::Finish(self.finish.take().unwrap_or(inferred)));
+        Ok(())
+    }
+}
+
+/// Emits a call's start, then whatever arguments were waiting for it.
+fn start(index: u32, id: String, name: String, pending: &mut PendingCall, out: &mut VecDeque<ModelEvent>) {
+    pending.started = true;
+    out.push_back(ModelEvent::ToolCallStart { index, id, name });
+    if !pending.buffered.is_empty() {
+        out.push_back(ModelEvent::ToolCallDelta { index, fragment: std::mem::take(&mut pending.buffered) });
+    }
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "length" => FinishReason::Length,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::{ImagePart, ToolCall, ToolSpec};
+
+    fn decode(chunks: &[Value]) -> Vec<ModelEvent> {
+        let mut decoder = ChunkDecoder::default();
+        let mut out = VecDeque::new();
+        for chunk in chunks {
+            let event = Event { data: chunk.to_string(), ..Event::default() };
+            assert!(!decoder.on_event(&event, &mut out).unwrap());
+        }
+        let done = Event { data: "[DONE]".into(), ..Event::default() };
+        assert!(decoder.on_event(&done, &mut out).unwrap());
+        out.into()
+    }
+
+    fn call(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Value {
+        let mut call = json!({"index": index, "function": {"arguments": args}});
+        if let Some(id) = id {
+            call["id"] = json!(id);
+        }
+        if let Some(name) = name {
+            call["function"]["name"] = json!(name);
+        }
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    }
+
+    #[test]
+    fn a_name_arriving_after_the_id_delays_the_start_and_keeps_early_fragments() {
+        let events = decode(&[
+            call(0, Some("call_1"), None, "{\"a\""),
+            call(0, None, Some("lookup"), ":1"),
+            call(0, None, None, "}"),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ToolCallStart { index: 0, id: "call_1".into(), name: "lookup".into() },
+                ModelEvent::ToolCallDelta { index: 0, fragment: "{\"a\"".into() },
+                ModelEvent::ToolCallDelta { index: 0, fragment: ":1".into() },
+                ModelEvent::ToolCallDelta { index: 0, fragment: "}".into() },
+                ModelEvent::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_call_without_an_id_gets_one_at_the_end() {
+        let events = decode(&[call(0, None, Some("lookup"), "{}")]);
+        assert_eq!(events[0], ModelEvent::ToolCallStart { index: 0, id: "call_0".into(), name: "lookup".into() });
+        assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::ToolCalls)));
+    }
+
+    #[test]
+    fn reasoning_is_read_from_either_field_and_usage_comes_before_finish() {
+        let events = decode(&[
+            json!({"choices": [{"index": 0, "delta": {"reasoning": "hmm"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "length"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2,
+                "prompt_tokens_details": {"cached_tokens": 3}}}),
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ReasoningDelta("hmm".into()),
+                ModelEvent::TextDelta("hi".into()),
+                ModelEvent::Usage(Usage {
+                    input_tokens: 5,
+                    output_tokens: 2,
+                    cache_read_tokens: 3,
+                    cache_write_tokens: 0
+                }),
+                ModelEvent::Finish(FinishReason::Length),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_body_carries_tools_images_and_prior_tool_calls() {
+        let mut user = ChatMessage::text(Role::User, "look");
+        user.images = vec![ImagePart { url: "https://x/y.png".into(), detail: Some("low".into()), format: None }];
+        let mut assistant = ChatMessage { content: None, ..ChatMessage::text(Role::Assistant, "") };
+        assistant.tool_calls = vec![ToolCall { id: "c1".into(), name: "f".into(), arguments: "{}".into() }];
+        let request = ModelRequest {
+            model: "m".into(),
+            messages: vec![user, assistant, ChatMessage::tool_result("c1", "ok")],
+            tools: vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}) }],
+            max_output_tokens: 7,
+            response_format: Some(json!({"type": "json_object"})),
+        };
+        let body = request_body(&request, "m", 7);
+        assert_eq!(
+            body["messages"][0]["content"][1],
+            json!({"type": "image_url",
+            "image_url": {"url": "https://x/y.png", "detail": "low"}})
+        );
+        assert_eq!(body["messages"][1]["content"], Value::Null);
+        assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["name"], "f");
+        assert_eq!(body["messages"][2], json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}));
+        assert_eq!(body["tools"][0]["type"], "function");
+        assert_eq!(body["response_format"]["type"], "json_object");
+        assert_eq!(body["max_tokens"], 7);
     }
 }

@@ -1,1 +1,273 @@
-//! Retries with backoff before the first event (being written).
+//! Resilience shared by the HTTP providers: one call to [`open`] sends a
+//! request, retries what is worth retrying, and hands back a stream only once
+//! its first event has arrived.
+//!
+//! What is retried, and only while nothing has been yielded: refused or
+//! failed connections, HTTP 408, 429 and 5xx, an in-stream overload or
+//! server error before the first event, and silence past the first-byte (or
+//! idle) timeout. The wait is exponential from `retry_base` with full
+//! jitter, or the upstream's `Retry-After` (seconds, capped at a minute).
+//! Everything else (other 4xx, malformed streams) fails at once. Once an
+//! event has been yielded nothing is retried: errors arrive in the stream.
+//!
+//! This module also maps HTTP statuses and upstream error bodies to
+//! [`ProviderError`]; messages are truncated and never carry the API key.
+
+use std::time::Duration;
+
+use reqwest::{
+    RequestBuilder, Response, StatusCode,
+    header::{CONTENT_TYPE, RETRY_AFTER},
+};
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::{
+    ModelStream, ProviderError,
+    sse::{Decoder, Pump, describe, timeout_first_byte},
+};
+use crate::config::Resilience;
+
+/// Longest wait between two attempts, whatever `Retry-After` asks for.
+const MAX_DELAY: Duration = Duration::from_secs(60);
+/// Upstream error messages are cut to this many characters.
+const MAX_MESSAGE_CHARS: usize = 500;
+
+/// The HTTP client of one provider: a connect timeout, and no overall
+/// request timeout (streams last as long as the model talks; the first-byte
+/// and idle timeouts guard them instead).
+pub(super) fn client(resilience: &Resilience) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(resilience.connect_timeout)
+        .build()
+        // Only fails when the TLS backend cannot start: nothing would work.
+        .expect("the HTTP client for model providers can be built")
+}
+
+/// Who is being called, for limits and logs.
+pub(super) struct Upstream<'a> {
+    pub provider: &'static str,
+    pub model: &'a str,
+    pub resilience: Resilience,
+    /// Only used to scrub the key out of echoed error messages.
+    pub api_key: Option<&'a str>,
+}
+
+/// Sends `request()` (built afresh per attempt) until a response yields its
+/// first event, then returns the stream with that event first.
+pub(super) async fn open<D: Decoder>(
+    upstream: &Upstream<'_>,
+    request: impl Fn() -> RequestBuilder,
+    decoder: impl Fn() -> D,
+) -> Result<ModelStream, ProviderError> {
+    let Upstream { provider, model, resilience, .. } = *upstream;
+    let mut attempt = 0;
+    loop {
+        debug!(provider, model, attempt, "upstream request");
+        let error = match attempt_once(upstream, request(), decoder()).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) => error,
+        };
+        if attempt >= resilience.max_retries || !is_retryable(&error) {
+            info!(provider, model, attempt, error = %error, "upstream request failed");
+            return Err(error);
+        }
+        let delay = match retry_after_of(&error) {
+            Some(secs) => Duration::from_secs(secs).min(MAX_DELAY),
+            None => backoff(resilience.retry_base, attempt),
+        };
+        info!(provider, model, attempt, error = %error, delay_ms = delay.as_millis() as u64, "retrying upstream");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+/// One attempt: the response's status, then its first event.
+async fn attempt_once<D: Decoder>(
+    upstream: &Upstream<'_>,
+    request: RequestBuilder,
+    decoder: D,
+) -> Result<ModelStream, ProviderError> {
+    let resilience = upstream.resilience;
+    let deadline = Instant::now() + resilience.first_byte_timeout;
+    let response = tokio::time::timeout_at(deadline, request.send())
+        .await
+        .map_err(|_| timeout_first_byte())?
+        .map_err(|e| send_error(&e))?;
+    let status = response.status();
+    debug!(provider = upstream.provider, model = upstream.model, status = status.as_u16(), "upstream answered");
+    if !status.is_success() {
+        return Err(error_response(response, deadline, upstream.api_key).await);
+    }
+    if is_json(&response) {
+        // A server that ignored `stream: true`; asking again would not help.
+        return Err(ProviderError::Protocol("the upstream answered JSON, not an event stream".into()));
+    }
+    let mut pump = Pump::new(response, decoder, deadline, resilience.idle_timeout);
+    match pump.next().await {
+        Some(Ok(first)) => Ok(pump.into_stream(first)),
+        Some(Err(error)) => Err(error),
+        None => Err(ProviderError::Protocol("the response ended without any event".into())),
+    }
+}
+
+fn is_json(response: &Response) -> bool {
+    let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    content_type.is_some_and(|v| v.trim_start().starts_with("application/json"))
+}
+
+/// Worth another attempt, as long as nothing has been yielded yet.
+pub(super) fn is_retryable(error: &ProviderError) -> bool {
+    match error {
+        ProviderError::Http { status, .. } => *status == 408 || *status >= 500,
+        ProviderError::RateLimited { .. } | ProviderError::Timeout(_) | ProviderError::Disconnected(_) => true,
+        ProviderError::Protocol(_) => false,
+    }
+}
+
+fn retry_after_of(error: &ProviderError) -> Option<u64> {
+    match error {
+        ProviderError::Http { retry_after, .. } | ProviderError::RateLimited { retry_after } => *retry_after,
+        _ => None,
+    }
+}
+
+/// Full jitter: a uniform wait between zero and `base * 2^attempt`.
+pub(super) fn backoff(base: Duration, attempt: u32) -> Duration {
+    let ceiling = base.saturating_mul(2u32.saturating_pow(attempt)).min(MAX_DELAY);
+    let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rand::random_range(0..=millis))
+}
+
+/// A failed `send()`: no response at all.
+fn send_error(error: &reqwest::Error) -> ProviderError {
+    if error.is_timeout() {
+        return ProviderError::Timeout("connect");
+    }
+    let what = if error.is_connect() { "connect failed" } else { "request failed" };
+    ProviderError::Disconnected(format!("{what}: {}", describe(error)))
+}
+
+/// A non-2xx answer, with the upstream's own message when it gave one.
+async fn error_response(response: Response, deadline: Instant, api_key: Option<&str>) -> ProviderError {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    // A slow error body is not worth waiting past the first-byte deadline for.
+    let body = tokio::time::timeout_at(deadline, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
+    http_error(status, retry_after, &body, api_key)
+}
+
+/// Maps a status and body: 429 is [`ProviderError::RateLimited`], the rest
+/// [`ProviderError::Http`].
+pub(super) fn http_error(status: StatusCode, retry_after: Option<u64>, body: &str, key: Option<&str>) -> ProviderError {
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return ProviderError::RateLimited { retry_after };
+    }
+    let message = upstream_message(body).unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
+    ProviderError::Http { status: status.as_u16(), retry_after, message: scrub(&message, key) }
+}
+
+/// `Retry-After` in seconds. (The HTTP-date form is rare from model APIs
+/// and treated as absent: the backoff applies instead.)
+pub(super) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// `error.message` (OpenAI, Anthropic), `error` as a string, or `message`.
+fn upstream_message(body: &str) -> Option<String> {
+    let json: serde_json::Value = serde_json::from_str(body).ok()?;
+    let error = &json["error"];
+    let message = error["message"].as_str().or_else(|| error.as_str()).or_else(|| json["message"].as_str())?;
+    Some(message.to_string())
+}
+
+/// Truncated to [`MAX_MESSAGE_CHARS`], with the key (if echoed) masked.
+pub(super) fn scrub(message: &str, key: Option<&str>) -> String {
+    let mut text: String = message.chars().take(MAX_MESSAGE_CHARS).collect();
+    if let Some(key) = key.filter(|k| !k.is_empty()) {
+        text = text.replace(key, "***");
+    }
+    text
+}
+
+/// An error the upstream reported inside a 200 stream, by its type (both
+/// APIs' vocabularies) or, failing that, a numeric HTTP-like code.
+pub(super) fn stream_error(kind: &str, code: Option<u16>, message: &str) -> ProviderError {
+    let status = match kind {
+        _ if kind.contains("rate_limit") || code == Some(429) => {
+            return ProviderError::RateLimited { retry_after: None };
+        }
+        "overloaded_error" => 529,
+        "api_error" | "server_error" | "internal_error" | "internal_server_error" => 500,
+        "timeout_error" => 504,
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        _ => match code {
+            Some(code @ 400..=599) => code,
+            _ => {
+                return ProviderError::Protocol(format!(
+                    "upstream error {}: {}",
+                    scrub(kind, None),
+                    scrub(message, None)
+                ));
+            }
+        },
+    };
+    ProviderError::Http { status, retry_after: None, message: scrub(message, None) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_under_the_doubled_base() {
+        let base = Duration::from_millis(100);
+        for attempt in 0..4 {
+            assert!(backoff(base, attempt) <= base * 2u32.pow(attempt));
+        }
+        assert!(backoff(Duration::from_secs(10), 30) <= MAX_DELAY);
+    }
+
+    #[test]
+    fn an_upstream_message_is_kept_truncated_and_without_the_key() {
+        let body = format!(r#"{{"error":{{"message":"bad key sk-123 {}"}}}}"#, "x".repeat(600));
+        let ProviderError::Http { status, message, .. } =
+            http_error(StatusCode::UNAUTHORIZED, None, &body, Some("sk-123"))
+        else {
+            panic!("expected Http");
+        };
+        assert_eq!(status, 401);
+        assert!(message.starts_with("bad key *** x"));
+        assert!(!message.contains("sk-123"));
+        assert!(message.chars().count() <= MAX_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn a_body_without_a_message_falls_back_to_the_status_reason() {
+        let error = http_error(StatusCode::BAD_GATEWAY, Some(3), "<html>", None);
+        assert_eq!(error, ProviderError::Http { status: 502, retry_after: Some(3), message: "Bad Gateway".into() });
+        assert!(is_retryable(&error));
+    }
+
+    #[test]
+    fn too_many_requests_is_a_rate_limit_and_other_client_errors_are_final() {
+        assert_eq!(
+            http_error(StatusCode::TOO_MANY_REQUESTS, Some(1), "", None),
+            ProviderError::RateLimited { retry_after: Some(1) }
+        );
+        assert!(!is_retryable(&http_error(StatusCode::BAD_REQUEST, None, "", None)));
+        assert!(is_retryable(&http_error(StatusCode::REQUEST_TIMEOUT, None, "", None)));
+    }
+
+    #[test]
+    fn in_stream_errors_map_by_type() {
+        assert!(matches!(stream_error("overloaded_error", None, "busy"), ProviderError::Http { status: 529, .. }));
+        assert_eq!(stream_error("rate_limit_error", None, ""), ProviderError::RateLimited { retry_after: None });
+        assert!(matches!(stream_error("BadRequestError", Some(400), ""), ProviderError::Http { status: 400, .. }));
+        assert!(matches!(stream_error("weird", None, ""), ProviderError::Protocol(_)));
+    }
+}

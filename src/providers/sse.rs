@@ -5,6 +5,9 @@
 //! It owns no task and no retry: the pump owns the response body, so
 //! dropping the [`ModelStream`] made from it closes the upstream connection.
 //! Retrying (before anything was yielded) is `retry.rs`'s business.
+//!
+//! Timeouts count SSE events, not bytes: keep-alive comments (`: ping`) do
+//! not reset the idle timer, while Anthropic's `ping` events do.
 
 use std::{collections::VecDeque, pin::Pin, time::Duration};
 

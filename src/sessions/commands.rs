@@ -197,7 +197,7 @@ impl Sessions {
                         self.store().state.compare_and_set(&key, version, &encoded, LeaseOp::None).await?
                     {
                         let _ = self.store().notifications.wake(&key).await;
-                        self.wake_local(&key);
+                        self.wake_local(&key).await;
                         return Ok(());
                     }
                 }

@@ -70,9 +70,7 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<SessionKey>) {
                 () = shutdown.cancelled() => None,
             };
             let Some(key) = key else { break };
-            if let Some(running) = waker.inner.running.get(&key) {
-                running.wake.notify_one();
-            }
+            waker.wake_local(&key).await;
         }
     });
 }

@@ -26,7 +26,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 pub use self::{
     commands::{Decision, Resume},
     hub::{EventHub, FollowItem},
-    run::RunHandle,
+    run::{Emitter, RunHandle},
     state::{SessionDoc, SessionOptions, Status, TurnState},
 };
 use crate::{
@@ -245,13 +245,20 @@ impl Sessions {
         self.inner.running.insert(key.clone(), running.clone());
         let handle = RunHandle::new(self.clone(), key, version, doc, running, taken_over_from);
         let runner = self.inner.runner.get().cloned();
+        let notifications = self.inner.store.notifications.clone();
+        let watched = handle.key().clone();
         self.inner.tasks.spawn(async move {
+            // Relay decisions and cancels written elsewhere arrive as wake-ups.
+            if let Err(e) = notifications.watch(&watched).await {
+                tracing::warn!(session = %watched.id, error = %e, "cannot watch for wake-ups; relying on polling");
+            }
             match runner {
                 Some(runner) => runner.run(handle).await,
                 None => {
                     let _ = handle.fail("no_orchestrator", "this replica has no orchestrator installed").await;
                 }
             }
+            let _ = notifications.unwatch(&watched).await;
         });
     }
 
@@ -271,10 +278,13 @@ impl Sessions {
         Ok((version, doc))
     }
 
-    /// Wakes the turn of `key` if it runs on this replica.
-    fn wake_local(&self, key: &SessionKey) {
-        if let Some(running) = self.inner.running.get(key) {
-            running.wake.notify_one();
+    /// Passes a wake-up to the turn of `key` if it runs on this replica: a
+    /// cancel request stops it, anything else (a decision) wakes its wait.
+    async fn wake_local(&self, key: &SessionKey) {
+        let Some(running) = self.inner.running.get(key).map(|r| r.clone()) else { return };
+        match self.load_raw(key).await {
+            Ok((_, doc)) if doc.cancel_requested => running.cancel.cancel(),
+            _ => running.wake.notify_one(),
         }
     }
 
@@ -314,5 +324,13 @@ impl Sessions {
     pub fn halt(&self) {
         self.inner.halted.store(true, std::sync::atomic::Ordering::SeqCst);
         self.inner.shutdown.cancel();
+    }
+}
+
+impl Sessions {
+    /// Indexes a relay id so the relay endpoint, which names only the relay,
+    /// finds its session on any replica.
+    pub async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), SessionError> {
+        Ok(self.inner.store.relays.put_relay(relay_id, key).await?)
     }
 }

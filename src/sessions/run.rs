@@ -35,6 +35,27 @@ impl Running {
     }
 }
 
+/// Emits events for a session from anywhere (parallel tool calls,
+/// subagents) without holding the [`RunHandle`].
+#[derive(Clone)]
+pub struct Emitter {
+    sessions: Sessions,
+    key: SessionKey,
+}
+
+impl Emitter {
+    /// Queues an event without waiting for it to be durable.
+    pub async fn emit(&self, agent: &AgentRef, kind: EventKind) -> Result<(), SessionError> {
+        Ok(self.sessions.hub().emit(&self.key, stamp(kind, agent.clone())).await?)
+    }
+
+    /// Appends events and waits until they are durable.
+    pub async fn append(&self, agent: &AgentRef, kinds: Vec<EventKind>) -> Result<u64, SessionError> {
+        let events = kinds.into_iter().map(|k| stamp(k, agent.clone())).collect();
+        Ok(self.sessions.hub().append(&self.key, events).await?.1)
+    }
+}
+
 pub struct RunHandle {
     sessions: Sessions,
     key: SessionKey,
@@ -85,17 +106,19 @@ impl RunHandle {
         self.running.wake.clone()
     }
 
+    pub fn emitter(&self) -> Emitter {
+        Emitter { sessions: self.sessions.clone(), key: self.key.clone() }
+    }
+
     /// Queues an event without waiting for it to be durable.
     pub async fn emit(&self, agent: &AgentRef, kind: EventKind) -> Result<(), SessionError> {
-        Ok(self.sessions.hub().emit(&self.key, stamp(kind, agent.clone())).await?)
+        self.emitter().emit(agent, kind).await
     }
 
     /// Appends events and waits until they (and everything emitted before
     /// them) are durable. Returns the seq of the last one.
     pub async fn append(&self, agent: &AgentRef, kinds: Vec<EventKind>) -> Result<u64, SessionError> {
-        let events = kinds.into_iter().map(|k| stamp(k, agent.clone())).collect();
-        let (_, last) = self.sessions.hub().append(&self.key, events).await?;
-        Ok(last)
+        self.emitter().append(agent, kinds).await
     }
 
     /// Writes `update` of the state, fenced by the lease. A concurrent write

@@ -3,7 +3,7 @@
 //! ```text
 //! running ─▶ awaiting_relay (live wait; the stream stays open) ─▶ running
 //! running ─▶ awaiting_client (pause; the stream ends)        ─▶ running (resume)
-//! idle ─▶ running ─▶ completed | failed | cancelled;  completed | failed ─▶ running (next message)
+//! idle ─▶ running ─▶ completed | failed | cancelled;  completed | failed | cancelled ─▶ running (next message)
 //! ```
 //!
 //! Every change is a compare-and-set on the document's version in the store,
@@ -55,8 +55,7 @@ impl Status {
             (Running, _) => next != Running,
             (AwaitingRelay, Running | Failed | Cancelled) => true,
             (AwaitingClient, Running | Cancelled) => true,
-            (Idle | Completed | Failed, Running) => true,
-            (Idle | Completed | Failed, Cancelled) => false,
+            (Idle | Completed | Failed | Cancelled, Running) => true,
             _ => false,
         }
     }

@@ -9,7 +9,7 @@ async fn a_valid_token_lists_the_tenants_models() {
     let response = app.get_holmes_models(Some(&app.token("acme", "alice"))).await;
     assert_eq!(response.status(), StatusCode::OK);
     let body: Value = response.json().await.unwrap();
-    assert_eq!(body, json!({"model_name": ["demo", "mock"]}));
+    assert_eq!(body, json!({"model_name": ["claude", "demo", "mock"]}));
 }
 
 #[tokio::test]

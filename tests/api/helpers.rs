@@ -38,6 +38,9 @@ pub struct AppOptions {
     pub runner: Option<Arc<dyn TurnRunner>>,
     pub lease_ttl_secs: u64,
     pub event_log_max_len: u64,
+    pub relay_timeout_secs: u64,
+    pub max_iterations: u32,
+    pub max_depth: u32,
 }
 
 impl Default for AppOptions {
@@ -50,6 +53,9 @@ impl Default for AppOptions {
             runner: None,
             lease_ttl_secs: 10,
             event_log_max_len: 10_000,
+            relay_timeout_secs: 30,
+            max_iterations: 10,
+            max_depth: 2,
         }
     }
 }
@@ -114,6 +120,18 @@ provider = "demo"
 provider = "openai"
 base_url = "{upstream}"
 model = "mock-model"
+retry_base_ms = 10
+
+[models.claude]
+provider = "anthropic"
+base_url = "{upstream}"
+model = "mock-claude"
+retry_base_ms = 10
+
+[agent]
+relay_timeout_secs = {relay_timeout}
+max_iterations = {max_iterations}
+max_depth = {max_depth}
 
 {extra}
 "#,
@@ -122,6 +140,9 @@ model = "mock-model"
         upstream = upstream.base_url(),
         extra = options.extra_toml,
         lease_ttl = options.lease_ttl_secs,
+        relay_timeout = options.relay_timeout_secs,
+        max_iterations = options.max_iterations,
+        max_depth = options.max_depth,
         max_len = options.event_log_max_len,
     );
     let config = Config::from_toml(&text, &|_| None).expect("the test configuration is valid");

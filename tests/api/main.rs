@@ -10,5 +10,8 @@ mod auth;
 mod config_cli;
 mod health;
 mod mock_upstream;
+mod orchestrator;
+mod orchestrator_limits;
+mod providers;
 mod sessions;
 mod store_contract;

@@ -50,6 +50,19 @@ impl SseReader {
         panic!("the stream ended before seq {seq}: {frames:?}");
     }
 
+    /// Frames up to and including the first of type `kind`.
+    pub async fn until_kind(&mut self, kind: &str) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some(frame) = self.next().await {
+            let done = frame.event == kind;
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+        panic!("the stream ended before a {kind} event: {frames:?}");
+    }
+
     /// Every frame until the server ends the stream.
     pub async fn rest(&mut self) -> Vec<Frame> {
         let mut frames = Vec::new();

@@ -1,0 +1,118 @@
+//! The `agent` tool: a subagent with its own loop, its own `agent_id`, and
+//! its parent's tool call as `parent_id`. It may use server tools that are
+//! allowed without asking (it cannot wait for a relay or pause for a client)
+//! and start subagents of its own up to `maxDepth`. Its events go to the
+//! session's log like the main agent's. It is not checkpointed: a takeover
+//! runs an unfinished `agent` call again.
+
+use serde_json::{Value, json};
+
+use super::{ExecContext, permissions, permissions::Verdict, step};
+use crate::{
+    protocol::{AgentRef, EventKind},
+    providers::{ChatMessage, ModelRequest, Role, ToolCall, ToolSpec},
+    tools::ToolOutcome,
+};
+
+pub const TOOL_NAME: &str = "agent";
+
+const SUBAGENT_PROMPT: &str = "You are a subagent. Complete the task you are given, using the tools offered \
+when they help, and answer with the result only.";
+
+pub fn spec() -> ToolSpec {
+    ToolSpec {
+        name: TOOL_NAME.into(),
+        description: "Start a subagent to work on a self-contained task; it answers with its result.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"task": {"type": "string", "description": "What the subagent should do"}},
+            "required": ["task"],
+        }),
+    }
+}
+
+/// Runs a subagent at `depth` for `call`; its answer is the call's output.
+pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> ToolOutcome {
+    let max_depth = context.max_depth();
+    if depth > max_depth {
+        return ToolOutcome::error(format!(
+            "subagents may nest at most {max_depth} deep; do this task yourself instead"
+        ));
+    }
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+    let Some(task) = arguments.get("task").and_then(Value::as_str) else {
+        return ToolOutcome::error("the agent tool needs a \"task\" string");
+    };
+    let Some(provider) = context.providers.get(&context.model_alias) else {
+        return ToolOutcome::error("the session's model is not configured");
+    };
+    let Some(model) = context.config.models.get(&context.model_alias) else {
+        return ToolOutcome::error("the session's model is not configured");
+    };
+    let agent = AgentRef {
+        agent_id: format!("agent_{}", uuid::Uuid::new_v4().simple()),
+        parent_id: Some(call.id.clone()),
+        depth,
+    };
+    let mut messages = vec![ChatMessage::text(Role::System, SUBAGENT_PROMPT), ChatMessage::text(Role::User, task)];
+    let mut tools = context.tools.specs();
+    tools.push(spec());
+    for _ in 0..context.max_iterations() {
+        let request = ModelRequest {
+            model: model.model.clone(),
+            messages: messages.clone(),
+            tools: tools.clone(),
+            max_output_tokens: model.max_output_tokens,
+            response_format: None,
+        };
+        let output = match step::run(provider.as_ref(), request, &context.emitter, &context.cancel, &agent).await {
+            Ok(output) => output,
+            Err(e) => return ToolOutcome::error(format!("the subagent failed: {e}")),
+        };
+        let mut assistant = ChatMessage::text(Role::Assistant, output.text.clone());
+        assistant.tool_calls = output.calls.clone();
+        messages.push(assistant);
+        if output.calls.is_empty() {
+            return ToolOutcome { ok: true, output: output.text };
+        }
+        for sub_call in &output.calls {
+            let outcome = run_call(context, sub_call, &agent).await;
+            let event = EventKind::ToolResult {
+                tool_call_id: sub_call.id.clone(),
+                name: sub_call.name.clone(),
+                status: if outcome.ok { "success" } else { "error" }.into(),
+                output: Value::String(outcome.output.clone()),
+            };
+            let _ = context.emitter.emit(&agent, event).await;
+            messages.push(ChatMessage::tool_result(&sub_call.id, outcome.output));
+        }
+    }
+    ToolOutcome::error("the subagent reached its iteration limit without an answer")
+}
+
+async fn run_call(context: &ExecContext, call: &ToolCall, agent: &AgentRef) -> ToolOutcome {
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+    let permitted = call.name == TOOL_NAME
+        || context.tools.get(&call.name).is_some_and(|tool| {
+            let mut rules = context.options.rules.clone();
+            let verdict = permissions::decide(
+                tool.permission,
+                &call.name,
+                &call.id,
+                &arguments,
+                &mut rules,
+                &context.options.session_allow,
+            );
+            verdict == Verdict::Allow
+        });
+    if !permitted {
+        return ToolOutcome::error(format!(
+            "subagents cannot ask for permission: {} is not allowed without asking",
+            call.name
+        ));
+    }
+    let announce =
+        EventKind::ToolCall { tool_call_id: call.id.clone(), name: call.name.clone(), arguments: arguments.clone() };
+    let _ = context.emitter.emit(agent, announce).await;
+    context.execute(call, agent.depth).await
+}

@@ -1,0 +1,224 @@
+//! One turn of the agent loop, from its last checkpoint to its end:
+//!
+//! ```text
+//! loop:
+//!   tool calls pending?  → tools phase (run, relay, pause); fold results into the history
+//!   iteration limit?     → end: max_iterations
+//!   model step           → stream, emit, plan the tool calls it asked for; checkpoint
+//!   no tool calls?       → end: final
+//! ```
+//!
+//! Checkpoints follow every model response and every tool result, so a
+//! replica that takes the session over starts again here without re-running
+//! finished tools; a model step cut short is generated again, after a
+//! `step_restarted` event.
+
+use super::{
+    Orchestrator, context,
+    step::{self, StepError},
+    tools_phase::{self, Phase},
+};
+use crate::{
+    config::ModelConfig,
+    protocol::{EventKind, PendingCall, PendingRelay, TurnEndReason},
+    providers::{ChatMessage, ModelProvider, ModelRequest, ProviderError, Role},
+    sessions::{RunHandle, SessionError, main_agent},
+};
+
+/// How a turn stops.
+pub(super) enum End {
+    Finished(TurnEndReason),
+    Paused {
+        relays: Vec<PendingRelay>,
+        calls: Vec<PendingCall>,
+    },
+    Failed {
+        code: &'static str,
+        message: String,
+    },
+    /// Lease lost or shutting down: write nothing; whoever holds the
+    /// session next carries it on.
+    Stopped,
+}
+
+pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
+    let end = match drive(orchestrator, &mut handle).await {
+        Ok(end) => end,
+        Err(e) => {
+            tracing::warn!(session = %handle.key().id, error = %e, "turn stopped by a store error");
+            End::Stopped
+        }
+    };
+    let key = handle.key().id.clone();
+    let result = match end {
+        End::Finished(reason) => {
+            let state = &handle.doc().turn_state;
+            let (iterations, usage) = (state.iterations, state.usage);
+            handle.finish(reason, iterations, usage).await
+        }
+        End::Paused { relays, calls } => handle.pause(relays, calls).await,
+        End::Failed { code, message } => handle.fail(code, &message).await,
+        End::Stopped => Ok(()),
+    };
+    if let Err(e) = result {
+        tracing::warn!(session = %key, error = %e, "could not record the end of the turn");
+    }
+}
+
+async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<End, SessionError> {
+    let alias = handle.doc().model.clone();
+    let (Some(model), Some(provider)) = (orchestrator.config.models.get(&alias), orchestrator.providers.get(&alias))
+    else {
+        return Ok(End::Failed { code: "unknown_model", message: format!("the model {alias:?} is not configured") });
+    };
+    let max_iterations = handle.doc().options.max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
+    let mut restarted = handle.taken_over_from().is_some();
+    loop {
+        if handle.doc().cancel_requested {
+            return Ok(End::Finished(TurnEndReason::Cancelled));
+        }
+        if handle.cancelled().is_cancelled() {
+            return stopped_or_cancelled(handle).await;
+        }
+        if !handle.doc().turn_state.calls.is_empty() {
+            match tools_phase::run(orchestrator, handle, model, restarted).await? {
+                Phase::Done => {}
+                Phase::End(end) => return Ok(end),
+            }
+            restarted = false;
+            handle
+                .checkpoint(|doc| {
+                    for planned in std::mem::take(&mut doc.turn_state.calls) {
+                        let output = planned.result.map(|r| r.output).unwrap_or_default();
+                        doc.messages.push(ChatMessage::tool_result(planned.call.id, output));
+                    }
+                })
+                .await?;
+        }
+        if handle.doc().turn_state.iterations >= max_iterations {
+            return Ok(End::Finished(TurnEndReason::MaxIterations));
+        }
+        if restarted {
+            let step = handle.doc().turn_state.iterations + 1;
+            let replica = handle.sessions().replica().to_string();
+            handle.append(&main_agent(), vec![EventKind::StepRestarted { step, replica }]).await?;
+            restarted = false;
+        }
+        if let Some(end) = fit_context(orchestrator, handle, model, provider.as_ref()).await? {
+            return Ok(end);
+        }
+        let request = request(orchestrator, handle, model);
+        let output =
+            match step::run(provider.as_ref(), request, &handle.emitter(), &handle.cancelled().clone(), &main_agent())
+                .await
+            {
+                Ok(output) => output,
+                Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await,
+                Err(StepError::Session(e)) => return Err(e),
+                Err(StepError::Provider(e)) => return Ok(provider_failure(&e)),
+            };
+        let mut total = handle.doc().turn_state.usage;
+        total.add(&output.usage);
+        // Durable, and so is every delta emitted before it.
+        handle.append(&main_agent(), vec![EventKind::Usage { usage: output.usage, total }]).await?;
+        let plan = tools_phase::plan(orchestrator, handle, &output.calls).await?;
+        let assistant = ChatMessage {
+            tool_calls: output.calls.clone(),
+            content: (!output.text.is_empty()).then(|| output.text.clone()),
+            ..ChatMessage::text(Role::Assistant, "")
+        };
+        handle
+            .checkpoint(|doc| {
+                doc.messages.push(assistant.clone());
+                doc.turn_state.iterations += 1;
+                doc.turn_state.usage.add(&output.usage);
+                doc.usage.add(&output.usage);
+                plan.apply(doc);
+            })
+            .await?;
+        plan.announce(handle).await?;
+        if output.calls.is_empty() {
+            return Ok(End::Finished(TurnEndReason::Final));
+        }
+    }
+}
+
+/// The turn's token was cancelled: by a cancel request (end the turn as
+/// cancelled) or by shutdown / a lost lease (stop, write nothing).
+pub(super) async fn stopped_or_cancelled(handle: &mut RunHandle) -> Result<End, SessionError> {
+    match handle.reload().await {
+        Ok(doc) if doc.cancel_requested => Ok(End::Finished(TurnEndReason::Cancelled)),
+        _ => Ok(End::Stopped),
+    }
+}
+
+fn provider_failure(error: &ProviderError) -> End {
+    let (code, message) = match error {
+        ProviderError::RateLimited { .. } => {
+            ("rate_limited", "the model provider is rate limiting requests".to_string())
+        }
+        ProviderError::Http { status, message, .. } => {
+            ("upstream_error", format!("the model provider answered HTTP {status}: {message}"))
+        }
+        ProviderError::Timeout(what) => ("upstream_timeout", format!("the model provider timed out ({what})")),
+        ProviderError::Disconnected(_) => {
+            ("upstream_disconnected", "the connection to the model provider was lost mid-answer".to_string())
+        }
+        ProviderError::Protocol(detail) => {
+            ("upstream_error", format!("the model provider's answer was unusable: {detail}"))
+        }
+    };
+    End::Failed { code, message }
+}
+
+/// The model request for the next step: system prompt, history, tools.
+fn request(orchestrator: &Orchestrator, handle: &RunHandle, model: &ModelConfig) -> ModelRequest {
+    let doc = handle.doc();
+    ModelRequest {
+        model: model.model.clone(),
+        messages: orchestrator.messages_with_system(doc),
+        tools: orchestrator.tool_specs(&doc.options),
+        max_output_tokens: model.max_output_tokens,
+        response_format: doc.options.response_format.clone(),
+    }
+}
+
+/// Compacts the history when prompt plus reserved output passes the
+/// threshold; fails the turn when even that does not make it fit.
+async fn fit_context(
+    orchestrator: &Orchestrator,
+    handle: &mut RunHandle,
+    model: &ModelConfig,
+    provider: &dyn ModelProvider,
+) -> Result<Option<End>, SessionError> {
+    let messages = orchestrator.messages_with_system(handle.doc());
+    let before = context::estimate(&messages);
+    if !context::needs_compaction(before, model) {
+        return Ok(None);
+    }
+    let agent = main_agent();
+    handle.append(&agent, vec![EventKind::CompactionStarted { tokens: before, messages: messages.len() }]).await?;
+    let summary = match super::compaction::summarize(provider, model, &messages, handle.cancelled()).await {
+        Ok(summary) => summary,
+        Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await.map(Some),
+        Err(StepError::Provider(e)) => return Ok(Some(provider_failure(&e))),
+        Err(StepError::Session(e)) => return Err(e),
+    };
+    let compacted = super::compaction::compacted(&handle.doc().messages, &summary);
+    handle.checkpoint(|doc| doc.messages = compacted.clone()).await?;
+    let after = context::estimate(&orchestrator.messages_with_system(handle.doc()));
+    handle
+        .append(&agent, vec![EventKind::CompactionDone { tokens_before: before, tokens_after: after, summary }])
+        .await?;
+    if context::needs_compaction(after, model) {
+        return Ok(Some(End::Failed {
+            code: "context_overflow",
+            message: format!(
+                "the conversation needs about {after} tokens and does not fit in the model's context window ({}) \
+                 even after compaction",
+                model.context_window
+            ),
+        }));
+    }
+    Ok(None)
+}

@@ -1,0 +1,95 @@
+//! Server-side tools: the `[[tools]]` of the configuration, reached over HTTP
+//! (or the built-in offline demo tool). Frontend tools and the `agent` tool
+//! are the orchestrator's business: the first run on the client, the second
+//! is a nested agent loop.
+//!
+//! A failing tool never fails the turn: its error becomes an error result the
+//! model sees and can react to.
+
+mod http;
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+
+use crate::{
+    config::{Config, ToolConfig, ToolTarget},
+    providers::{ToolCall, ToolSpec},
+};
+
+/// Largest tool response read; the rest is cut (and the model told so).
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// What a tool call produced, as the model will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutcome {
+    pub ok: bool,
+    pub output: String,
+}
+
+impl ToolOutcome {
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { ok: false, output: message.into() }
+    }
+    pub fn status(&self) -> &'static str {
+        if self.ok { "success" } else { "error" }
+    }
+}
+
+/// Who is calling, sent along to the tool server.
+#[derive(Debug, Clone)]
+pub struct CallContext<'a> {
+    pub session_id: &'a str,
+    pub tenant: &'a str,
+    /// W3C trace context to propagate, when there is one.
+    pub traceparent: Option<&'a str>,
+}
+
+pub struct ServerTools {
+    tools: Vec<ToolConfig>,
+    http: reqwest::Client,
+}
+
+impl ServerTools {
+    pub fn from_config(config: &Config) -> Arc<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Arc::new(Self { tools: config.tools.clone(), http })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ToolConfig> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The tools as offered to the model.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
+            .collect()
+    }
+
+    pub async fn call(&self, tool: &ToolConfig, call: &ToolCall, context: &CallContext<'_>) -> ToolOutcome {
+        let arguments: Value = match serde_json::from_str(&call.arguments) {
+            Ok(arguments) => arguments,
+            Err(e) => return ToolOutcome::error(format!("the arguments are not valid JSON: {e}")),
+        };
+        match &tool.target {
+            ToolTarget::BuiltinDemo => demo(&tool.name, &arguments),
+            ToolTarget::Http { url } => http::call(&self.http, url, tool, call, arguments, context).await,
+        }
+    }
+}
+
+/// The offline demo tool: a deterministic answer built from the arguments.
+fn demo(name: &str, arguments: &Value) -> ToolOutcome {
+    let id = arguments.get("id").and_then(Value::as_str).unwrap_or("unknown");
+    let output = json!({"tool": name, "id": id, "status": "shipped", "eta_days": 2, "note": "demo data"});
+    ToolOutcome { ok: true, output: output.to_string() }
+}

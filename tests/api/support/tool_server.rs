@@ -1,0 +1,104 @@
+//! A counting HTTP tool server: `POST /tools/{name}` records the call and
+//! answers with the tool's scripted response (by default an echo of the
+//! arguments). Tests assert how often each tool ran (0 proves a permission
+//! stopped it).
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug)]
+pub enum ToolReply {
+    Text(String),
+    Status(u16, String),
+}
+
+#[derive(Default)]
+struct Shared {
+    calls: Mutex<Vec<(String, Value)>>,
+    replies: Mutex<HashMap<String, ToolReply>>,
+}
+
+pub struct ToolServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    count: watch::Receiver<usize>,
+    stop: CancellationToken,
+}
+
+impl ToolServer {
+    pub async fn start() -> Self {
+        let shared = Arc::new(Shared::default());
+        let (tx, count) = watch::channel(0usize);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/tools/{name}", post(handle)).with_state((shared.clone(), Arc::new(tx)));
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await }).await.ok();
+        });
+        Self { addr, shared, count, stop }
+    }
+
+    pub fn url(&self, tool: &str) -> String {
+        format!("http://{}/tools/{tool}", self.addr)
+    }
+
+    pub fn reply(&self, tool: &str, reply: ToolReply) {
+        self.shared.replies.lock().unwrap().insert(tool.to_string(), reply);
+    }
+
+    /// How many times `tool` was called.
+    pub fn calls(&self, tool: &str) -> usize {
+        self.shared.calls.lock().unwrap().iter().filter(|(name, _)| name == tool).count()
+    }
+
+    /// The request bodies `tool` received.
+    pub fn bodies(&self, tool: &str) -> Vec<Value> {
+        self.shared.calls.lock().unwrap().iter().filter(|(name, _)| name == tool).map(|(_, b)| b.clone()).collect()
+    }
+
+    /// Waits until the server has received `n` calls in all.
+    pub async fn wait_for_calls(&self, n: usize, timeout: Duration) {
+        let mut count = self.count.clone();
+        tokio::time::timeout(timeout, count.wait_for(|c| *c >= n)).await.expect("tool calls in time").unwrap();
+    }
+}
+
+impl Drop for ToolServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+type ServerState = (Arc<Shared>, Arc<watch::Sender<usize>>);
+
+async fn handle(
+    State((shared, count)): State<ServerState>,
+    Path(name): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let reply = shared.replies.lock().unwrap().get(&name).cloned();
+    shared.calls.lock().unwrap().push((name.clone(), body.clone()));
+    count.send_modify(|c| *c += 1);
+    match reply {
+        Some(ToolReply::Text(text)) => text.into_response(),
+        Some(ToolReply::Status(status, text)) => (StatusCode::from_u16(status).unwrap(), text).into_response(),
+        None => Json(json!({"tool": name, "echo": body["arguments"]})).into_response(),
+    }
+}
