@@ -1,0 +1,21 @@
+//! Load benchmarks for switchboard. Run by hand (see `README.md`), never in
+//! CI; results with their command lines live in `RESULTS.md`.
+//!
+//! The library holds what a benchmark binary needs: replicas of the real app
+//! run in-process ([`cluster`]) with a turn runner that streams tokens as fast
+//! as asked ([`runner`]), an SSE reader ([`sse`]), Redis introspection and
+//! cleanup ([`redis_admin`]), the measured phases ([`raw`], [`turns`],
+//! [`fanout`]), and statistics and Markdown helpers ([`stats`]).
+
+pub mod cluster;
+pub mod fanout;
+pub mod raw;
+pub mod redis_admin;
+pub mod runner;
+pub mod sse;
+pub mod stats;
+pub mod turns;
+
+/// Errors are reported, never handled: a message is all a benchmark needs.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, Error>;

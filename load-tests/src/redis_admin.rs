@@ -1,0 +1,222 @@
+//! The benchmark's own view of Redis: server facts, counters (`INFO
+//! commandstats`, `INFO stats`), connections by ACL user (`CLIENT LIST`),
+//! the per-replica ACL users, and cleanup of the run's keys.
+//!
+//! Counters are server-wide: another client using the same Redis during a
+//! phase inflates them. Phases check this by comparing the `XADD` delta with
+//! the events they know they appended.
+
+use std::collections::HashMap;
+
+use redis::aio::MultiplexedConnection;
+
+use crate::Result;
+
+/// Password given for the benchmark's ACL users (created `nopass`: any works).
+const USER_PASSWORD: &str = "bench";
+
+/// Server-wide counters, read before and after a phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Lua script calls (`cmdstat_evalsha`): appends, state writes, reads.
+    pub evalsha: u64,
+    /// `XADD`s, including those run inside scripts: events appended.
+    pub xadd: u64,
+    /// `PUBLISH`es, including inside scripts: one per append script call.
+    pub publish: u64,
+    /// Socket reads by the server (`total_reads_processed`): about one per
+    /// client round trip (a large pipeline can take more than one read).
+    pub reads: u64,
+    /// Every command executed (`total_commands_processed`).
+    pub commands: u64,
+}
+
+impl Counters {
+    pub fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            evalsha: self.evalsha.saturating_sub(before.evalsha),
+            xadd: self.xadd.saturating_sub(before.xadd),
+            publish: self.publish.saturating_sub(before.publish),
+            reads: self.reads.saturating_sub(before.reads),
+            commands: self.commands.saturating_sub(before.commands),
+        }
+    }
+}
+
+/// Connections of one ACL user, from `CLIENT LIST`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Connections {
+    pub total: usize,
+    /// Of which subscribed to channels (the replica's one subscription).
+    pub subscribed: usize,
+}
+
+pub struct Admin {
+    conn: MultiplexedConnection,
+}
+
+impl Admin {
+    pub async fn connect(url: &str) -> Result<Self> {
+        let conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+        Ok(Self { conn })
+    }
+
+    async fn info(&mut self, section: &str) -> Result<HashMap<String, String>> {
+        let text: String = redis::cmd("INFO").arg(section).query_async(&mut self.conn).await?;
+        Ok(parse_info(&text))
+    }
+
+    pub async fn version(&mut self) -> Result<String> {
+        Ok(self.info("server").await?.remove("redis_version").unwrap_or_else(|| "unknown".into()))
+    }
+
+    pub async fn counters(&mut self) -> Result<Counters> {
+        let commands = self.info("commandstats").await?;
+        let stats = self.info("stats").await?;
+        let calls = |name: &str| commands.get(&format!("cmdstat_{name}")).map_or(0, |v| command_calls(v));
+        let stat = |name: &str| stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok(Counters {
+            evalsha: calls("evalsha"),
+            xadd: calls("xadd"),
+            publish: calls("publish"),
+            reads: stat("total_reads_processed"),
+            commands: stat("total_commands_processed"),
+        })
+    }
+
+    /// `connected_clients` from `INFO clients`: every client of the server.
+    pub async fn connected_clients(&mut self) -> Result<u64> {
+        let clients = self.info("clients").await?;
+        Ok(clients.get("connected_clients").and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+
+    /// Connections authenticated as `user`.
+    pub async fn connections_of(&mut self, user: &str) -> Result<Connections> {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut self.conn).await?;
+        Ok(count_connections(&list, user))
+    }
+
+    /// Creates an ACL user that may do everything (a replica connects as it).
+    pub async fn create_user(&mut self, user: &str) -> Result<()> {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg("reset")
+            .arg("on")
+            .arg("nopass")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query_async::<()>(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the user (which also closes its connections).
+    pub async fn delete_user(&mut self, user: &str) -> Result<()> {
+        redis::cmd("ACL").arg("DELUSER").arg(user).query_async::<i64>(&mut self.conn).await?;
+        Ok(())
+    }
+
+    /// Deletes every key starting with `prefix` (SCAN + UNLINK); their count.
+    pub async fn delete_prefix(&mut self, prefix: &str) -> Result<u64> {
+        let pattern = format!("{}*", escape_glob(prefix));
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn)
+                .await?;
+            if !keys.is_empty() {
+                deleted += redis::cmd("UNLINK").arg(&keys).query_async::<u64>(&mut self.conn).await?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// `redis://host:port/…` with `user` as its credentials; `None` when the URL
+/// already carries credentials or is not `redis://` (then no ACL users).
+pub fn url_as_user(url: &str, user: &str) -> Option<String> {
+    let rest = url.strip_prefix("redis://")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return None;
+    }
+    Some(format!("redis://{user}:{USER_PASSWORD}@{rest}"))
+}
+
+fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.trim().split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// `calls=12,usec=…` → 12.
+fn command_calls(value: &str) -> u64 {
+    value.split(',').find_map(|field| field.strip_prefix("calls=")).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+fn count_connections(list: &str, user: &str) -> Connections {
+    let mut connections = Connections::default();
+    for line in list.lines() {
+        let fields: HashMap<&str, &str> = line.split(' ').filter_map(|f| f.split_once('=')).collect();
+        if fields.get("user") != Some(&user) {
+            continue;
+        }
+        connections.total += 1;
+        let count = |name: &str| fields.get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        if count("sub") + count("psub") + count("ssub") > 0 {
+            connections.subscribed += 1;
+        }
+    }
+    connections
+}
+
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_fields_and_command_calls_are_read() {
+        let info = parse_info("# Commandstats\r\ncmdstat_xadd:calls=42,usec=9,usec_per_call=0.2\r\n");
+        assert_eq!(command_calls(&info["cmdstat_xadd"]), 42);
+    }
+
+    #[test]
+    fn connections_are_counted_per_user() {
+        let list = "id=1 addr=a fd=8 sub=0 psub=0 ssub=0 user=b1\n\
+                    id=2 addr=b fd=9 sub=3 psub=0 ssub=0 user=b1\n\
+                    id=3 addr=c fd=10 sub=0 psub=0 ssub=0 user=default\n";
+        assert_eq!(count_connections(list, "b1"), Connections { total: 2, subscribed: 1 });
+    }
+
+    #[test]
+    fn replica_urls_carry_the_user() {
+        assert_eq!(url_as_user("redis://127.0.0.1:6379", "u").as_deref(), Some("redis://u:bench@127.0.0.1:6379"));
+        assert_eq!(url_as_user("redis://x:y@h:1/0", "u"), None);
+        assert_eq!(url_as_user("rediss://h:1", "u"), None);
+        assert_eq!(escape_glob("sb:{t}*"), "sb:{t}\\*");
+    }
+}
