@@ -15,6 +15,7 @@ use crate::{
     app::AppState,
     auth::Principal,
     error::ApiError,
+    protocol::{Encoder, FORMATS, encoder_for},
     providers::{ChatMessage, Role},
     sessions::{
         Decision, Resume, SessionDoc,
@@ -78,6 +79,16 @@ pub async fn get(
 #[derive(Debug, Deserialize)]
 pub struct EventsQuery {
     pub after: Option<u64>,
+    /// Render the stream in another dialect (`native` by default).
+    pub format: Option<String>,
+}
+
+/// The encoder `?format=` names; 400 listing the known ones otherwise.
+fn encoder(format: Option<&str>) -> Result<Box<dyn Encoder>, ApiError> {
+    let name = format.unwrap_or("native");
+    encoder_for(name).ok_or_else(|| {
+        ApiError::bad_request(format!("unknown format {name:?}; known: {}", FORMATS.join(", ")))
+    })
 }
 
 /// `GET /v1/sessions/{id}/events`: replay after `Last-Event-ID` (or
@@ -97,8 +108,14 @@ pub async fn events(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
         None => query.after.unwrap_or(0),
     };
+    let encoder = encoder(query.format.as_deref())?;
     let follower = state.sessions.follow(&principal, &id, after).await?;
-    Ok(sse::native(&state, follower))
+    Ok(sse::stream(&state, principal, id, follower, encoder))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FormatQuery {
+    pub format: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,11 +129,13 @@ pub async fn send_message(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    Query(query): Query<FormatQuery>,
     Json(body): Json<SendMessage>,
 ) -> Result<Response, ApiError> {
+    let encoder = encoder(query.format.as_deref())?;
     let cursor = state.sessions.start_turn(&principal, &id, ChatMessage::text(Role::User, body.content)).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
-    Ok(sse::native(&state, follower))
+    Ok(sse::stream(&state, principal, id, follower, encoder))
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,8 +170,10 @@ pub async fn tool_results(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    Query(query): Query<FormatQuery>,
     Json(body): Json<ToolResults>,
 ) -> Result<Response, ApiError> {
+    let encoder = encoder(query.format.as_deref())?;
     let outputs = body.results.into_iter().map(|r| (r.tool_call_id, r.output)).collect();
     let decisions = body
         .decisions
@@ -161,7 +182,7 @@ pub async fn tool_results(
         .collect();
     let cursor = state.sessions.resume(&principal, &id, Resume { outputs, decisions }).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
-    Ok(sse::native(&state, follower))
+    Ok(sse::stream(&state, principal, id, follower, encoder))
 }
 
 fn view(doc: &SessionDoc, last_seq: u64) -> Value {

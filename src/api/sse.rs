@@ -1,6 +1,7 @@
-//! Turns a session follower into an SSE response: one frame per event,
-//! keep-alive comments on idle streams, and an end at shutdown (the follower
-//! stops, so clients reconnect to another replica with `Last-Event-ID`).
+//! Turns a session follower into an SSE response in any dialect: the
+//! encoder renders each event, keep-alive comments fill idle time, and the
+//! stream ends at shutdown (the follower stops, so clients reconnect to
+//! another replica with `Last-Event-ID`).
 
 use std::convert::Infallible;
 
@@ -8,56 +9,99 @@ use axum::response::{
     IntoResponse, Response,
     sse::{Event as SseEvent, KeepAlive, Sse},
 };
-use futures::{Stream, StreamExt};
-use serde_json::json;
+use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{
     app::AppState,
-    protocol::native::{self, Frame},
+    auth::Principal,
+    protocol::{Encoder, Frame},
     sessions::FollowItem,
 };
 
-/// The native dialect's stream.
-pub fn native(state: &AppState, follower: mpsc::Receiver<FollowItem>) -> Response {
-    let frames = ReceiverStream::new(follower).map(|item| match item {
-        FollowItem::Event(event) => native::encode(&event),
-        FollowItem::RecoveryFailed { first_seq } => Frame {
-            id: None,
-            event: Some("recovery_failed".into()),
-            data: json!({
-                "type": "recovery_failed",
-                "code": "recovery_failed",
-                "message": "events after the cursor are no longer retained",
-                "first_seq": first_seq,
-            })
-            .to_string(),
-        },
-        FollowItem::Failed(e) => Frame {
-            id: None,
-            event: Some("error".into()),
-            data: json!({"type": "error", "code": e.code(), "message": "the event stream failed; reconnect with Last-Event-ID"})
-                .to_string(),
-        },
-    });
-    respond(state, frames)
-}
+/// Frames buffered between the encoding task and the HTTP body.
+const FRAME_BUFFER: usize = 64;
 
-fn respond(state: &AppState, frames: impl Stream<Item = Frame> + Send + 'static) -> Response {
-    let events = frames.map(|frame| {
-        let mut event = SseEvent::default().data(frame.data);
-        if let Some(id) = frame.id {
-            event = event.id(id);
-        }
-        if let Some(name) = frame.event {
-            event = event.event(name);
-        }
-        Ok::<_, Infallible>(event)
-    });
+/// Streams `follower` through `encoder` as SSE. The session is re-read at
+/// the end only for encoders that want it.
+pub fn stream(
+    state: &AppState,
+    principal: Principal,
+    session_id: String,
+    follower: mpsc::Receiver<FollowItem>,
+    encoder: Box<dyn Encoder>,
+) -> Response {
+    let frames = encode(state, principal, session_id, follower, encoder);
+    let events = ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame)));
     let keep_alive = KeepAlive::new().interval(state.config.server.heartbeat).text("heartbeat");
     let mut response = Sse::new(events).keep_alive(keep_alive).into_response();
     // Proxies (nginx) must not buffer the stream.
     response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
     response
+}
+
+/// Runs the encoder in a task of its own (owned by the app's tracker) and
+/// returns its frames. Ends when the follower ends, the client goes away, or
+/// the app shuts down.
+pub fn encode(
+    state: &AppState,
+    principal: Principal,
+    session_id: String,
+    mut follower: mpsc::Receiver<FollowItem>,
+    mut encoder: Box<dyn Encoder>,
+) -> mpsc::Receiver<Frame> {
+    let (tx, rx) = mpsc::channel(FRAME_BUFFER);
+    let sessions = state.sessions.clone();
+    let shutdown = state.shutdown.clone();
+    state.tasks.spawn(async move {
+        let send_all = |frames: Vec<Frame>| {
+            let tx = tx.clone();
+            async move {
+                for frame in frames {
+                    if tx.send(frame).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            }
+        };
+        loop {
+            let item = tokio::select! {
+                item = follower.recv() => item,
+                () = tx.closed() => return,
+                () = shutdown.cancelled() => return,
+            };
+            let frames = match item {
+                None => break,
+                Some(FollowItem::Event(event)) => encoder.encode(&event),
+                Some(FollowItem::RecoveryFailed { .. }) => {
+                    encoder.failure("recovery_failed", "events after the cursor are no longer retained")
+                }
+                Some(FollowItem::Failed(e)) => {
+                    encoder.failure(e.code(), "the event stream failed; reconnect with Last-Event-ID")
+                }
+            };
+            if !send_all(frames).await {
+                return;
+            }
+        }
+        if encoder.wants_finish()
+            && let Ok((_, doc)) = sessions.get(&principal, &session_id).await
+        {
+            send_all(encoder.finish(&doc)).await;
+        }
+    });
+    rx
+}
+
+fn sse_event(frame: Frame) -> SseEvent {
+    let mut event = SseEvent::default().data(frame.data);
+    if let Some(id) = frame.id {
+        event = event.id(id);
+    }
+    if let Some(name) = frame.event {
+        event = event.event(name);
+    }
+    event
 }

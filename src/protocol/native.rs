@@ -2,16 +2,22 @@
 //! `id: <seq>`, `event: <type>`, `data: <json>` where the JSON carries `seq`,
 //! `session_id`, `type`, the agent fields, `ts` and the event's own fields.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::LogEvent;
+use super::{Encoder, Frame, LogEvent};
 
-/// One SSE frame, independent of the HTTP framework.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    pub id: Option<String>,
-    pub event: Option<String>,
-    pub data: String,
+/// The native dialect: one frame per event, nothing skipped.
+pub struct NativeEncoder;
+
+impl Encoder for NativeEncoder {
+    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+        vec![encode(event)]
+    }
+
+    fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
+        let data = json!({"type": code, "code": code, "message": message});
+        vec![Frame { id: None, event: Some(code.to_string()), data: data.to_string() }]
+    }
 }
 
 pub fn encode(event: &LogEvent) -> Frame {
