@@ -11,3 +11,8 @@ pub async fn list_models(State(state): State<AppState>, principal: Principal) ->
     let models = super::visible_models(&state, &principal)?;
     Ok(Json(json!({"model_name": models})))
 }
+
+/// Being written.
+pub async fn chat() -> ApiError {
+    ApiError::new(crate::error::ErrorCode::Internal, "not implemented yet")
+}

@@ -11,3 +11,13 @@ pub async fn list_models(State(state): State<AppState>, principal: Principal) ->
     let models = super::visible_models(&state, &principal)?;
     Ok(Json(json!({"models": models, "defaultModel": models.first()})))
 }
+
+/// Being written.
+pub async fn chat() -> ApiError {
+    ApiError::new(crate::error::ErrorCode::Internal, "not implemented yet")
+}
+
+/// Being written.
+pub async fn relay() -> ApiError {
+    ApiError::new(crate::error::ErrorCode::Internal, "not implemented yet")
+}

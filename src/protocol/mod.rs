@@ -7,6 +7,8 @@
 //! replica can encode any session.
 
 pub mod events;
+pub mod holmes;
+pub mod llm_gateway;
 pub mod native;
 
 pub use events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
@@ -52,9 +54,11 @@ pub trait Encoder: Send {
 pub fn encoder_for(format: &str) -> Option<Box<dyn Encoder>> {
     match format {
         "native" => Some(Box::new(native::NativeEncoder)),
+        "holmes" => Some(Box::new(holmes::HolmesEncoder::default())),
+        "llm-gateway" => Some(Box::new(llm_gateway::LlmGatewayEncoder::default())),
         _ => None,
     }
 }
 
 /// The names `?format=` accepts, for error messages.
-pub const FORMATS: &[&str] = &["native"];
+pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway"];
