@@ -252,3 +252,34 @@ async fn creating_a_session_with_an_unknown_model_lists_the_allowed_ones() {
 fn principal(tenant: &str, subject: &str) -> switchboard::auth::Principal {
     switchboard::auth::Principal { tenant: tenant.into(), subject: subject.into(), scopes: vec![] }
 }
+
+/// The newcomer's path on the embedded defaults' store: the demo model asks
+/// for the demo tool, the relay is approved, the tool runs, the answer streams.
+#[tokio::test]
+async fn a_demo_turn_with_a_relay_runs_end_to_end_on_the_in_memory_store() {
+    let extra = r#"
+[[tools]]
+name = "lookup_order"
+builtin = "demo"
+permission = "ask"
+"#;
+    let app = crate::helpers::spawn_app_with(AppOptions {
+        redis_url: None,
+        extra_toml: extra.to_string(),
+        ..AppOptions::default()
+    })
+    .await;
+    let token = app.token("acme", "alice");
+    let id = app.create_session(&token, "demo").await;
+    let mut stream = SseReader::new(app.send_message(&token, &id, r#"use lookup_order with {"id":"42"}"#).await);
+    let relay = stream.until_kind("relay_requested").await.last().unwrap().data.clone();
+    assert_eq!(relay["params"], json!({"id": "42"}));
+    let path = format!("/v1/sessions/{id}/relays/{}", relay["relay_id"].as_str().unwrap());
+    assert_eq!(app.post_json(&path, Some(&token), &json!({"approved": true})).await.status(), StatusCode::OK);
+    let rest = stream.rest().await;
+    let text: String =
+        rest.iter().filter(|f| f.event == "text_delta").map(|f| f.data["text"].as_str().unwrap()).collect();
+    assert!(text.starts_with("Done. lookup_order answered:"), "{text}");
+    assert!(text.contains("shipped"), "{text}");
+    assert_eq!(rest.last().unwrap().data["reason"], "final");
+}
