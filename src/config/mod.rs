@@ -39,6 +39,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub store: StoreConfig,
     pub agent: AgentConfig,
+    pub on_store_error: StoreFailure,
     /// Tenants by id.
     pub tenants: BTreeMap<String, TenantConfig>,
     /// Model aliases (what requests name) to their provider settings.
@@ -106,10 +107,29 @@ pub struct JwtConfig {
     pub leeway_secs: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A tenant's limits. Requests per second hold per replica (per subject,
+/// in memory) and across replicas (per tenant, in Redis); sessions and
+/// tokens are counted across replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateLimitConfig {
-    pub requests_per_second: u32,
+    pub requests_per_second: Option<u32>,
+    /// Requests that may arrive at once above the steady rate.
     pub burst: u32,
+    /// Turns running at once (paused sessions do not count).
+    pub max_concurrent_sessions: Option<u32>,
+    /// Model tokens (input + output) per minute, estimated before a call and
+    /// corrected after it.
+    pub tokens_per_minute: Option<u64>,
+}
+
+/// What a limit does when Redis cannot be asked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Refuse the request (503): no tenant can exceed its limits unnoticed.
+    #[default]
+    FailClosed,
+    /// Let the request through, counted in metrics and logged.
+    FailOpen,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

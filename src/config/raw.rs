@@ -21,6 +21,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub agent: RawAgent,
     #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
     pub tenants: Vec<RawTenant>,
     #[serde(default)]
     pub models: BTreeMap<String, RawModel>,
@@ -76,6 +78,14 @@ pub struct RawJwt {
 pub struct RawRateLimit {
     pub requests_per_second: Option<u32>,
     pub burst: Option<u32>,
+    pub max_concurrent_sessions: Option<u32>,
+    pub tokens_per_minute: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawLimits {
+    /// `fail_closed` (default) or `fail_open`.
+    pub on_store_error: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

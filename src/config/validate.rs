@@ -69,6 +69,15 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         relay_timeout: secs(positive(&mut errors, "agent.relay_timeout_secs", raw.agent.relay_timeout_secs), 300),
     };
 
+    let on_store_error = match raw.limits.on_store_error.as_deref() {
+        None | Some("fail_closed") => super::StoreFailure::FailClosed,
+        Some("fail_open") => super::StoreFailure::FailOpen,
+        Some(other) => {
+            errors.push("limits.on_store_error", format!("{other:?} is not fail_closed or fail_open"));
+            super::StoreFailure::FailClosed
+        }
+    };
+
     let mut models = BTreeMap::new();
     if raw.models.is_empty() {
         errors.push("models", "at least one model alias is required");
@@ -106,7 +115,16 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         }
     }
 
-    errors.into_result(Config { server, store, agent, tenants, models, tools, uses_builtin_dev_secret: false })
+    errors.into_result(Config {
+        server,
+        store,
+        agent,
+        on_store_error,
+        tenants,
+        models,
+        tools,
+        uses_builtin_dev_secret: false,
+    })
 }
 
 fn validate_model(
@@ -194,15 +212,16 @@ fn validate_tenant(
             None
         }
     };
-    let rate_limit = raw.rate_limit.and_then(|rl| {
-        let rps = rl.requests_per_second.filter(|&n| n > 0);
-        if rps.is_none() {
-            errors.push(format!("{path}.rate_limit.requests_per_second"), "must be a positive integer");
+    let rate_limit = raw.rate_limit.map(|rl| {
+        let at = |field: &str| format!("{path}.rate_limit.{field}");
+        let rps = positive(errors, &at("requests_per_second"), rl.requests_per_second);
+        let burst = positive(errors, &at("burst"), rl.burst);
+        RateLimitConfig {
+            requests_per_second: rps,
+            burst: burst.or(rps).unwrap_or(1),
+            max_concurrent_sessions: positive(errors, &at("max_concurrent_sessions"), rl.max_concurrent_sessions),
+            tokens_per_minute: positive(errors, &at("tokens_per_minute"), rl.tokens_per_minute),
         }
-        if rl.burst == Some(0) {
-            errors.push(format!("{path}.rate_limit.burst"), "must be a positive integer");
-        }
-        rps.map(|rps| RateLimitConfig { requests_per_second: rps, burst: rl.burst.unwrap_or(rps).max(1) })
     });
     if let Some(list) = &raw.models {
         for (j, alias) in list.iter().enumerate() {
