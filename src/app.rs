@@ -28,6 +28,7 @@ use crate::{
     auth::{self, Authenticator},
     config::Config,
     error,
+    limits::{self, RateLimits},
     orchestrator::{Orchestrator, prompt},
     sessions::{Sessions, TurnRunner},
     store::{NOTICE_CHANNEL, Store, StoreError},
@@ -82,14 +83,18 @@ impl Application {
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
+        authenticator.start_refresh(&tasks, shutdown.clone());
         let sessions = Sessions::start(store.clone(), notices_rx, config.clone(), tasks.clone(), shutdown.clone());
         let runner = runner.unwrap_or_else(|| {
             let enabled = prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref());
             Orchestrator::new(config.clone(), enabled)
         });
         sessions.set_runner(runner);
-        let state = AppState { config, store, sessions, metrics: Arc::new(Metrics::new()), shutdown, tasks };
-        let router = router(state.clone(), authenticator);
+        let metrics = Arc::new(Metrics::new());
+        let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
+        limits.start_cleanup(&tasks, shutdown.clone());
+        let state = AppState { config, store, sessions, metrics, shutdown, tasks };
+        let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
     }
 
@@ -135,7 +140,7 @@ impl Application {
 
 /// The routes and the middleware stack. Layers listed first wrap the ones
 /// after them (they see the request first and the response last).
-fn router(state: AppState, authenticator: Arc<Authenticator>) -> Router {
+fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLimits>) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     let stack = ServiceBuilder::new()
         // Outermost, so every later layer and every log line has the id; an id
@@ -154,7 +159,9 @@ fn router(state: AppState, authenticator: Arc<Authenticator>) -> Router {
         // Bodies over the limit are refused with 413 before JSON parsing.
         .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
         // Deny by default: everything but auth::PUBLIC_PATHS needs a token.
-        .layer(middleware::from_fn_with_state(authenticator, auth::require_auth));
+        .layer(middleware::from_fn_with_state(authenticator, auth::require_auth))
+        // After auth: limits are per tenant and subject of the verified token.
+        .layer(middleware::from_fn_with_state(limits, limits::enforce));
 
     api::routes().fallback(api::not_found).layer(stack).with_state(state)
 }

@@ -122,11 +122,13 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// The internal cause, logged once and never sent.
     pub detail: Option<String>,
+    /// Extra response headers (rate-limit headers on a 429).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), retry_after: None, detail: None }
+        Self { code, message: message.into(), retry_after: None, detail: None, headers: Vec::new() }
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)
@@ -168,6 +170,9 @@ impl From<crate::sessions::SessionError> for ApiError {
         match error {
             E::NotFound => Self::not_found("session not found"),
             E::RelayNotFound => Self::not_found("relay not found"),
+            E::RateLimited { message, retry_after_secs } => {
+                Self::new(ErrorCode::RateLimited, message).with_retry_after(retry_after_secs)
+            }
             E::Conflict(message) => Self::conflict(message),
             E::Invalid(message) => Self::bad_request(message),
             e @ E::CursorExpired { .. } => Self::new(ErrorCode::RecoveryFailed, e.to_string()),
@@ -243,6 +248,11 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
     let mut out = (status, axum::Json(body)).into_response();
     if let Some(secs) = error.retry_after {
         out.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    for (name, value) in &error.headers {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            out.headers_mut().insert(*name, value);
+        }
     }
     out
 }

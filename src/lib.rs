@@ -6,6 +6,7 @@
 //! - [`app`]       — builds state, router and the one middleware stack; serve + shutdown.
 //! - [`auth`]      — bearer JWT → [`auth::Principal`]; deny by default.
 //! - [`error`]     — the API error type and the one place errors become responses.
+//! - [`limits`]    — per-tenant request limits (local governor + global Redis).
 //! - [`api`]       — HTTP handlers, one file per dialect; thin.
 //! - [`sessions`]  — the sessions service: state machine, event hub, leases, takeover.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
@@ -21,6 +22,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod limits;
 pub mod orchestrator;
 pub mod protocol;
 pub mod providers;

@@ -103,13 +103,30 @@ provider = "demo"
 pub struct Client {
     http: reqwest::Client,
     token: String,
+    keep_alive: bool,
 }
 
 impl Client {
     pub fn new(token: String) -> Result<Self> {
+        Self::build(token, true)
+    }
+
+    /// The same client, but every request opens a new TCP connection.
+    pub fn without_keep_alive(&self) -> Result<Self> {
+        Self::build(self.token.clone(), false)
+    }
+
+    pub fn keeps_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    fn build(token: String, keep_alive: bool) -> Result<Self> {
         // No overall timeout: SSE bodies are long. Readers time out per frame.
-        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
-        Ok(Self { http, token })
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        if !keep_alive {
+            builder = builder.pool_max_idle_per_host(0);
+        }
+        Ok(Self { http: builder.build()?, token, keep_alive })
     }
 
     /// `POST /v1/sessions {model: "demo"}` on the replica at `base`; the new

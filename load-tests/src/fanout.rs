@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use crate::{
     Result,
     cluster::Client,
-    redis_admin::{Admin, Connections},
+    redis_admin::{Admin, Connections, Counters},
     runner::{BenchRunner, Command},
     sse::{Frame, Frames},
 };
@@ -30,13 +30,19 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct RejoinResult {
     pub last_seq: u64,
     pub cursor: u64,
+    /// Whether each rejoin opened a new TCP connection (as a client that lost
+    /// its stream does) rather than reusing a kept-alive one.
+    pub new_connections: bool,
+    /// Request sent → first frame received, per repeat.
+    pub first_frame: Vec<Duration>,
     /// Request sent → frame `last_seq` received, per repeat.
     pub latencies: Vec<Duration>,
 }
 
 /// `repeats` rejoins, one after another, to the finished session `id` on the
 /// replica at `base`, from `cursor`; each must replay exactly the events
-/// after the cursor, up to `last_seq`.
+/// after the cursor, up to `last_seq`. `client` decides whether connections
+/// are reused ([`Client::without_keep_alive`]).
 pub async fn rejoin(
     client: &Client,
     base: &str,
@@ -46,6 +52,7 @@ pub async fn rejoin(
     repeats: usize,
 ) -> Result<RejoinResult> {
     let mut latencies = Vec::with_capacity(repeats);
+    let mut first_frame = Vec::with_capacity(repeats);
     for _ in 0..repeats {
         let started = Instant::now();
         let mut frames = Frames::new(client.events(base, id, cursor).await?);
@@ -53,6 +60,9 @@ pub async fn rejoin(
         loop {
             let frame = frames.next().await?.ok_or("the replay ended before the last event")?;
             replayed += 1;
+            if replayed == 1 {
+                first_frame.push(started.elapsed());
+            }
             if frame.id == Some(last_seq) {
                 break;
             }
@@ -62,7 +72,7 @@ pub async fn rejoin(
             return Err(format!("rejoin from {cursor} replayed {replayed} events, not {}", last_seq - cursor).into());
         }
     }
-    Ok(RejoinResult { last_seq, cursor, latencies })
+    Ok(RejoinResult { last_seq, cursor, new_connections: !client.keeps_alive(), first_frame, latencies })
 }
 
 /// Parameters of the live fan-out phase.
@@ -70,8 +80,8 @@ pub struct LiveOptions {
     pub followers: usize,
     pub tokens: usize,
     pub interval: Duration,
-    /// The ACL user replica B connects as, when there is one.
-    pub b_user: Option<String>,
+    /// The ACL users replicas A and B connect as, when there are such.
+    pub users: Option<(String, String)>,
 }
 
 /// What one follower saw.
@@ -87,15 +97,16 @@ pub struct LiveResult {
     pub on_b: Vec<Follower>,
     /// The turn's own stream on A (the POST's answer: a follower on the owner).
     pub on_a: Follower,
-    /// B's Redis connections: before any follower, with all attached (idle
-    /// session), and halfway through the live stream.
-    pub b_before: Option<Connections>,
-    pub b_attached: Option<Connections>,
-    pub b_streaming: Option<Connections>,
+    /// Redis connections of replicas A and B (by their ACL users) at three
+    /// moments: before any follower, with all attached (the turn waiting),
+    /// and halfway through the live stream.
+    pub replicas: Option<[(Connections, Connections); 3]>,
     /// `connected_clients` of the whole server at the same three moments.
     pub clients: [u64; 3],
     /// From the first follower request until every follower had its first frame.
     pub attach: Duration,
+    /// Server-wide counter deltas from the gate opening to the last follower's end.
+    pub counters: Counters,
 }
 
 pub async fn live(
@@ -106,12 +117,12 @@ pub async fn live(
     runner: &Arc<BenchRunner>,
     options: &LiveOptions,
 ) -> Result<LiveResult> {
-    let connections = async |admin: &mut Admin| -> Result<(Option<Connections>, u64)> {
-        let of_b = match &options.b_user {
-            Some(user) => Some(admin.connections_of(user).await?),
+    let connections = async |admin: &mut Admin| -> Result<(Option<(Connections, Connections)>, u64)> {
+        let of_replicas = match &options.users {
+            Some((a, b)) => Some((admin.connections_of(a).await?, admin.connections_of(b).await?)),
             None => None,
         };
-        Ok((of_b, admin.connected_clients().await?))
+        Ok((of_replicas, admin.connected_clients().await?))
     };
     let id = client.create_session(a).await?;
     let (b_before, clients_before) = connections(admin).await?;
@@ -148,6 +159,7 @@ pub async fn live(
     let attach = attach_started.elapsed();
     let (b_attached, clients_attached) = connections(admin).await?;
 
+    let counters_before = admin.counters().await?;
     runner.open_gate();
     tokio::time::sleep(options.interval * (options.tokens as u32) / 2).await;
     let (b_streaming, clients_streaming) = connections(admin).await?;
@@ -157,14 +169,14 @@ pub async fn live(
         on_b.push(follower.await??);
     }
     let on_a = on_a.await??;
+    let counters = admin.counters().await?.since(&counters_before);
     Ok(LiveResult {
         on_b,
         on_a,
-        b_before,
-        b_attached,
-        b_streaming,
+        replicas: b_before.zip(b_attached).zip(b_streaming).map(|((x, y), z)| [x, y, z]),
         clients: [clients_before, clients_attached, clients_streaming],
         attach,
+        counters,
     })
 }
 

@@ -18,15 +18,23 @@ const USER_PASSWORD: &str = "bench";
 /// Server-wide counters, read before and after a phase.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Lua script calls (`cmdstat_evalsha`): appends, state writes, reads.
+    /// Lua script calls (`cmdstat_evalsha`): appends, reads, state writes,
+    /// lease renewals and lease index updates.
     pub evalsha: u64,
     /// `XADD`s, including those run inside scripts: events appended.
     pub xadd: u64,
     /// `PUBLISH`es, including inside scripts: one per append script call.
     pub publish: u64,
+    /// `XREVRANGE`s: one per `read_after.lua` call on a non-empty log.
+    pub xrevrange: u64,
+    /// `HGET`s: one per `state_write.lua` call (create or CAS).
+    pub hget: u64,
+    /// `PING`s: deadpool-redis pings (with an `UNWATCH`, one round trip) every
+    /// pooled connection it hands out again, so about one per store call.
+    pub ping: u64,
     /// Socket reads by the server (`total_reads_processed`): about one per
     /// client round trip (a large pipeline can take more than one read).
-    pub reads: u64,
+    pub socket_reads: u64,
     /// Every command executed (`total_commands_processed`).
     pub commands: u64,
 }
@@ -37,7 +45,10 @@ impl Counters {
             evalsha: self.evalsha.saturating_sub(before.evalsha),
             xadd: self.xadd.saturating_sub(before.xadd),
             publish: self.publish.saturating_sub(before.publish),
-            reads: self.reads.saturating_sub(before.reads),
+            xrevrange: self.xrevrange.saturating_sub(before.xrevrange),
+            hget: self.hget.saturating_sub(before.hget),
+            ping: self.ping.saturating_sub(before.ping),
+            socket_reads: self.socket_reads.saturating_sub(before.socket_reads),
             commands: self.commands.saturating_sub(before.commands),
         }
     }
@@ -79,7 +90,10 @@ impl Admin {
             evalsha: calls("evalsha"),
             xadd: calls("xadd"),
             publish: calls("publish"),
-            reads: stat("total_reads_processed"),
+            xrevrange: calls("xrevrange"),
+            hget: calls("hget"),
+            ping: calls("ping"),
+            socket_reads: stat("total_reads_processed"),
             commands: stat("total_commands_processed"),
         })
     }

@@ -1,10 +1,36 @@
 //! llm-gateway dialect (`/chat`, `/chat/relay/{relayId}`, `/models`): see
-//! PROTOCOLS.md §2. Errors on these routes use its `{"error": "…"}` body.
+//! PROTOCOLS.md §2. Errors on these routes use its `{"error": "…"}` body
+//! (`error.rs` picks the shape by path), and every malformed body is a 400,
+//! as llm-gateway answers: bodies are parsed here, not by axum's `Json`
+//! (whose type errors would be 422s).
+//!
+//! Each `POST /chat` is a fresh session (dialect `llm-gateway`) seeded with
+//! the earlier messages; its turn starts with the last (user) message and
+//! the answer is the turn's stream, opened by `connected {sessionId}`.
+//! Relays are live (`ApprovalMode::Relay`): the stream stays open while any
+//! replica takes the decision posted to `/chat/relay/{relayId}`.
 
-use axum::{Json, extract::State};
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Path, State},
+    response::Response,
+};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{app::AppState, auth::Principal, error::ApiError};
+use super::sse;
+use crate::{
+    app::AppState,
+    auth::Principal,
+    error::ApiError,
+    protocol::llm_gateway::LlmGatewayEncoder,
+    providers::{ChatMessage, ImagePart, Role, ToolCall},
+    sessions::{
+        SessionError,
+        state::{ApprovalMode, PermissionRules, RelayDecision, SessionOptions},
+    },
+};
 
 /// `GET /models`: the tenant's model aliases and the default one.
 pub async fn list_models(State(state): State<AppState>, principal: Principal) -> Result<Json<Value>, ApiError> {
@@ -12,12 +38,325 @@ pub async fn list_models(State(state): State<AppState>, principal: Principal) ->
     Ok(Json(json!({"models": models, "defaultModel": models.first()})))
 }
 
-/// Being written.
-pub async fn chat() -> ApiError {
-    ApiError::new(crate::error::ErrorCode::Internal, "not implemented yet")
+/// `POST /chat`: a fresh session on the conversation, streamed as llm-gateway SSE.
+pub async fn chat(State(state): State<AppState>, principal: Principal, body: Bytes) -> Result<Response, ApiError> {
+    let request = ChatRequest::parse(&body).map_err(ApiError::bad_request)?;
+    super::check_model(&state, &principal, &request.model)?;
+    let agent = &state.config.agent;
+    // A request may lower the server's limits, not raise them.
+    let max_iterations = request.max_iterations.unwrap_or(agent.max_iterations).min(agent.max_iterations);
+    let options = SessionOptions {
+        rules: request.permissions,
+        max_iterations: Some(max_iterations),
+        max_depth: Some(request.max_depth.unwrap_or(agent.max_depth).min(agent.max_depth)),
+        approval: ApprovalMode::Relay,
+        ..SessionOptions::default()
+    };
+    let (id, cursor) = state
+        .sessions
+        .start_conversation(&principal, &request.model, "llm-gateway", options, request.history, request.message)
+        .await?;
+    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    let encoder = Box::new(LlmGatewayEncoder::for_chat(&id, 1, max_iterations));
+    Ok(sse::stream(&state, principal, id, follower, encoder))
 }
 
-/// Being written.
-pub async fn relay() -> ApiError {
-    ApiError::new(crate::error::ErrorCode::Internal, "not implemented yet")
+/// `POST /chat/relay/{relayId}`: a permission decision for a live relay, on
+/// any replica. 404 `Session not found` / `Relay not found` (also for
+/// another tenant's), 409 when it was already decided.
+pub async fn relay(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(relay_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body = RelayBody::parse(&body).map_err(ApiError::bad_request)?;
+    state.sessions.get(&principal, &body.session_id).await.map_err(not_found)?;
+    let decision = RelayDecision {
+        relay_id: relay_id.clone(),
+        approved: body.response.approved,
+        always: body.response.always,
+        reason: body.response.reason,
+    };
+    state.sessions.decide_relay(&principal, Some(&body.session_id), &relay_id, decision).await.map_err(not_found)?;
+    Ok(Json(json!({"success": true})))
+}
+
+/// llm-gateway's capitalised 404 messages; other errors as usual.
+fn not_found(error: SessionError) -> ApiError {
+    match error {
+        SessionError::NotFound => ApiError::not_found("Session not found"),
+        SessionError::RelayNotFound => ApiError::not_found("Relay not found"),
+        other => other.into(),
+    }
+}
+
+/// A validated `POST /chat` body.
+#[derive(Debug)]
+struct ChatRequest {
+    model: String,
+    /// Every message before the last.
+    history: Vec<ChatMessage>,
+    /// The last message: the user's, which starts the turn.
+    message: ChatMessage,
+    permissions: PermissionRules,
+    max_iterations: Option<u32>,
+    max_depth: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawChat {
+    model: Option<String>,
+    messages: Option<Vec<Value>>,
+    permissions: Option<Value>,
+    mode: Option<String>,
+    max_iterations: Option<u32>,
+    max_depth: Option<u32>,
+}
+
+/// One message as llm-gateway sends it (OpenAI's shape).
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    role: Role,
+    #[serde(default)]
+    content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Vec<WireToolCall>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentPart {
+    Text { text: String },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ImageUrl {
+    Url(String),
+    Object { url: String, detail: Option<String> },
+}
+
+#[derive(Debug, Deserialize)]
+struct WireToolCall {
+    id: String,
+    function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireFunction {
+    name: String,
+    /// JSON text (OpenAI), or the arguments as an object.
+    #[serde(default)]
+    arguments: Value,
+}
+
+impl ChatRequest {
+    fn parse(body: &[u8]) -> Result<Self, String> {
+        let raw: RawChat = serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
+        let model = raw.model.filter(|m| !m.is_empty()).ok_or("`model` is required")?;
+        match raw.mode.as_deref() {
+            None | Some("agent") => {}
+            Some("rlm") => {
+                return Err("mode \"rlm\" (Reasoning Loop Mode) is not supported by this gateway; \
+                            use mode \"agent\" or leave it out"
+                    .into());
+            }
+            Some(other) => return Err(format!("unknown mode {other:?}; use \"agent\"")),
+        }
+        if raw.max_iterations == Some(0) {
+            return Err("`maxIterations` must be at least 1".into());
+        }
+        let permissions = match raw.permissions {
+            None | Some(Value::Null) => PermissionRules::default(),
+            Some(value) => serde_json::from_value(value).map_err(|e| format!("`permissions`: {e}"))?,
+        };
+        let raw_messages = raw.messages.ok_or("`messages` is required")?;
+        let mut messages = raw_messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| message(value).map_err(|e| format!("`messages[{i}]`: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        check_conversation(&messages)?;
+        let message = messages.pop().ok_or("`messages` must not be empty")?;
+        Ok(Self {
+            model,
+            history: messages,
+            message,
+            permissions,
+            max_iterations: raw.max_iterations,
+            max_depth: raw.max_depth,
+        })
+    }
+}
+
+/// One wire message as a canonical one.
+fn message(value: Value) -> Result<ChatMessage, String> {
+    let wire: WireMessage = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    if !wire.tool_calls.is_empty() && wire.role != Role::Assistant {
+        return Err("only assistant messages may have `tool_calls`".into());
+    }
+    if wire.tool_call_id.is_some() != (wire.role == Role::Tool) {
+        return Err("a tool message needs a `tool_call_id`, and only a tool message may have one".into());
+    }
+    let mut images = Vec::new();
+    let content = match wire.content {
+        None => None,
+        Some(Content::Text(text)) => Some(text),
+        Some(Content::Parts(parts)) => {
+            let mut text = Vec::new();
+            for part in parts {
+                match part {
+                    ContentPart::Text { text: t } => text.push(t),
+                    ContentPart::ImageUrl { image_url: ImageUrl::Url(url) } => {
+                        images.push(ImagePart { url, detail: None, format: None })
+                    }
+                    ContentPart::ImageUrl { image_url: ImageUrl::Object { url, detail } } => {
+                        images.push(ImagePart { url, detail, format: None })
+                    }
+                }
+            }
+            (!text.is_empty()).then(|| text.join("\n"))
+        }
+    };
+    if !images.is_empty() && wire.role != Role::User {
+        return Err("only user messages may have images".into());
+    }
+    let tool_calls = wire
+        .tool_calls
+        .into_iter()
+        .map(|call| ToolCall {
+            id: call.id,
+            name: call.function.name,
+            arguments: match call.function.arguments {
+                Value::String(text) => text,
+                Value::Null => "{}".into(),
+                other => other.to_string(),
+            },
+        })
+        .collect();
+    Ok(ChatMessage { role: wire.role, content, images, tool_calls, tool_call_id: wire.tool_call_id })
+}
+
+/// The conversation must end with a user message, and every assistant tool
+/// call must be answered by a tool message before anything else is said
+/// (model providers refuse such a history; better a 400 now than a failed
+/// stream).
+fn check_conversation(messages: &[ChatMessage]) -> Result<(), String> {
+    let last = messages.last().ok_or("`messages` must not be empty")?;
+    if last.role != Role::User {
+        return Err("the last message must be from the user".into());
+    }
+    if last.content.as_deref().unwrap_or("").is_empty() && last.images.is_empty() {
+        return Err("the last message has no content".into());
+    }
+    let mut open: Vec<&str> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        if message.role == Role::Tool {
+            let id = message.tool_call_id.as_deref().unwrap_or_default();
+            let Some(at) = open.iter().position(|c| *c == id) else {
+                return Err(format!(
+                    "`messages[{i}]` answers tool call {id:?}, which no earlier assistant message made"
+                ));
+            };
+            open.remove(at);
+            continue;
+        }
+        if let Some(id) = open.first() {
+            return Err(format!("tool call {id:?} has no tool message before `messages[{i}]`"));
+        }
+        open.extend(message.tool_calls.iter().map(|c| c.id.as_str()));
+    }
+    Ok(())
+}
+
+/// A validated `POST /chat/relay/{relayId}` body.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RelayBody {
+    session_id: String,
+    response: RelayResponse,
+}
+
+#[derive(Debug, Deserialize)]
+struct RelayResponse {
+    approved: bool,
+    #[serde(default)]
+    always: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl RelayBody {
+    fn parse(body: &[u8]) -> Result<Self, String> {
+        let parsed: Self = serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
+        if parsed.session_id.is_empty() {
+            return Err("`sessionId` must not be empty".into());
+        }
+        Ok(parsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: Value) -> Result<ChatRequest, String> {
+        ChatRequest::parse(body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn the_history_is_every_message_but_the_last_user_one() {
+        let request = parse(json!({"model": "m", "maxIterations": 3, "messages": [
+            {"role": "user", "content": "refund 9"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "refund", "arguments": "{\"order\":\"9\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "done"},
+            {"role": "user", "content": [{"type": "text", "text": "and now?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]},
+        ]}))
+        .unwrap();
+        assert_eq!(request.history.len(), 3);
+        assert_eq!(request.history[1].tool_calls[0].arguments, r#"{"order":"9"}"#);
+        assert_eq!(request.message.content.as_deref(), Some("and now?"));
+        assert_eq!(request.message.images.len(), 1);
+        assert_eq!(request.max_iterations, Some(3));
+    }
+
+    #[test]
+    fn bad_conversations_are_refused_with_a_reason() {
+        let cases = [
+            (json!({"messages": [{"role": "user", "content": "x"}]}), "`model` is required"),
+            (json!({"model": "m"}), "`messages` is required"),
+            (json!({"model": "m", "messages": []}), "must not be empty"),
+            (json!({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}), "from the user"),
+            (json!({"model": "m", "mode": "rlm", "messages": [{"role": "user", "content": "x"}]}), "not supported"),
+            (json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]}), "messages[0]"),
+            (
+                json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "c9", "content": "x"},
+                    {"role": "user", "content": "x"}]}),
+                "no earlier assistant message",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+                    {"id": "c1", "function": {"name": "t", "arguments": "{}"}}]}, {"role": "user", "content": "x"}]}),
+                "has no tool message",
+            ),
+        ];
+        for (body, expected) in cases {
+            let error = parse(body.clone()).unwrap_err();
+            assert!(error.contains(expected), "{body}: {error}");
+        }
+    }
 }

@@ -54,8 +54,9 @@ pub async fn create(
     let options = SessionOptions {
         frontend_tools: body.frontend_tools,
         rules: body.permissions.unwrap_or_default(),
-        max_iterations: body.max_iterations,
-        max_depth: body.max_depth,
+        // A request may lower the server's bounds, never raise them.
+        max_iterations: body.max_iterations.map(|n| n.clamp(1, state.config.agent.max_iterations)),
+        max_depth: body.max_depth.map(|n| n.min(state.config.agent.max_depth)),
         additional_system_prompt: body.additional_system_prompt,
         response_format: body.response_format,
         approval: body.approval,
@@ -86,9 +87,8 @@ pub struct EventsQuery {
 /// The encoder `?format=` names; 400 listing the known ones otherwise.
 fn encoder(format: Option<&str>) -> Result<Box<dyn Encoder>, ApiError> {
     let name = format.unwrap_or("native");
-    encoder_for(name).ok_or_else(|| {
-        ApiError::bad_request(format!("unknown format {name:?}; known: {}", FORMATS.join(", ")))
-    })
+    encoder_for(name)
+        .ok_or_else(|| ApiError::bad_request(format!("unknown format {name:?}; known: {}", FORMATS.join(", "))))
 }
 
 /// `GET /v1/sessions/{id}/events`: replay after `Last-Event-ID` (or

@@ -9,7 +9,7 @@ use axum::response::{
     IntoResponse, Response,
     sse::{Event as SseEvent, KeepAlive, Sse},
 };
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -33,12 +33,7 @@ pub fn stream(
     encoder: Box<dyn Encoder>,
 ) -> Response {
     let frames = encode(state, principal, session_id, follower, encoder);
-    let events = ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame)));
-    let keep_alive = KeepAlive::new().interval(state.config.server.heartbeat).text("heartbeat");
-    let mut response = Sse::new(events).keep_alive(keep_alive).into_response();
-    // Proxies (nginx) must not buffer the stream.
-    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
-    response
+    respond(state, ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame))))
 }
 
 /// Runs the encoder in a task of its own (owned by the app's tracker) and
@@ -95,13 +90,29 @@ pub fn encode(
     rx
 }
 
-fn sse_event(frame: Frame) -> SseEvent {
-    let mut event = SseEvent::default().data(frame.data);
-    if let Some(id) = frame.id {
-        event = event.id(id);
-    }
+/// Fields in the order `event:`, `data:`, `id:` (axum writes them in call
+/// order): simple line-by-line clients, Holmes' among them, take the event
+/// name from the line before the data.
+pub fn sse_event(frame: Frame) -> SseEvent {
+    let mut event = SseEvent::default();
     if let Some(name) = frame.event {
         event = event.event(name);
     }
+    event = event.data(frame.data);
+    if let Some(id) = frame.id {
+        event = event.id(id);
+    }
     event
+}
+
+/// An SSE response with keep-alive comments and proxy buffering off.
+pub fn respond(
+    state: &AppState,
+    events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+) -> Response {
+    let keep_alive = KeepAlive::new().interval(state.config.server.heartbeat).text("heartbeat");
+    let mut response = Sse::new(events).keep_alive(keep_alive).into_response();
+    // Proxies (nginx) must not buffer the stream.
+    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    response
 }

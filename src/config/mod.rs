@@ -101,10 +101,53 @@ impl TenantConfig {
 
 #[derive(Debug, Clone)]
 pub struct JwtConfig {
-    pub hs256_secret: Secret,
+    /// Static verification keys in configuration order; the `hs256_secret`
+    /// shorthand, when set, comes first (as a key without `kid`).
+    pub keys: Vec<JwtKey>,
     pub issuer: Option<String>,
     pub audience: Option<String>,
     pub leeway_secs: u64,
+    /// Keys fetched from a JWKS document, in addition to `keys`.
+    pub jwks: Option<JwksConfig>,
+}
+
+impl JwtConfig {
+    /// The first HMAC key: what `switchboard token` signs with.
+    pub fn signing_key(&self) -> Option<(&JwtKey, &Secret)> {
+        self.keys.iter().find_map(|key| match &key.material {
+            JwtKeyMaterial::Secret(secret) => Some((key, secret)),
+            JwtKeyMaterial::PublicKey(_) => None,
+        })
+    }
+
+    /// The secret of the first HS256 key, if there is one.
+    pub fn hs256_secret(&self) -> Option<&Secret> {
+        self.signing_key().filter(|(key, _)| key.algorithm == jsonwebtoken::Algorithm::HS256).map(|(_, s)| s)
+    }
+}
+
+/// One configured verification key. Its algorithm is fixed here: a token is
+/// only checked against keys whose algorithm equals its header's `alg`.
+#[derive(Debug, Clone)]
+pub struct JwtKey {
+    pub kid: Option<String>,
+    pub algorithm: jsonwebtoken::Algorithm,
+    pub material: JwtKeyMaterial,
+}
+
+/// A key's material: an HMAC secret, or a public key parsed (and checked)
+/// from PEM during validation. Neither prints its bytes in `Debug`.
+#[derive(Debug, Clone)]
+pub enum JwtKeyMaterial {
+    Secret(Secret),
+    PublicKey(jsonwebtoken::DecodingKey),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwksConfig {
+    pub url: String,
+    /// Interval of the background refresh.
+    pub refresh: Duration,
 }
 
 /// A tenant's limits. Requests per second hold per replica (per subject,

@@ -72,6 +72,25 @@ pub struct RawJwt {
     pub issuer: Option<String>,
     pub audience: Option<String>,
     pub leeway_secs: Option<u64>,
+    /// Verification keys, each with an optional `kid`.
+    #[serde(default)]
+    pub keys: Vec<RawJwtKey>,
+    /// A JWKS document whose keys are added to `keys`, refreshed in the background.
+    pub jwks_url: Option<String>,
+    pub jwks_refresh_secs: Option<u64>,
+}
+
+/// One entry of `jwt.keys`: an HMAC secret or a public key in PEM.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawJwtKey {
+    pub kid: Option<String>,
+    pub alg: Option<String>,
+    pub secret: Option<String>,
+    /// Name of an environment variable holding the HMAC secret.
+    pub secret_env: Option<String>,
+    pub public_key_file: Option<String>,
+    /// Name of an environment variable holding the public key's PEM text.
+    pub public_key_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -44,7 +44,7 @@ fn a_good_file_validates_with_secrets_from_the_environment() {
     assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
     assert_eq!(config.store.redis_url.as_deref(), Some("redis://127.0.0.1:6379"));
     let acme = &config.tenants["acme"];
-    assert_eq!(acme.jwt.hs256_secret.expose(), "0123456789abcdef0123");
+    assert_eq!(acme.jwt.hs256_secret().unwrap().expose(), "0123456789abcdef0123");
     assert_eq!(acme.visible_models(&config.models), vec!["fast"]);
     assert_eq!(config.models["fast"].base_url, "http://127.0.0.1:9000/v1");
     assert_eq!(config.models["fast"].api_key.as_ref().unwrap().expose(), "sk-test");
@@ -126,7 +126,7 @@ fn embedded_defaults_need_no_file_no_network_and_no_keys() {
     assert!(config.uses_builtin_dev_secret);
     assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
     assert!(config.store.redis_url.is_none(), "in-memory store by default");
-    assert_eq!(config.tenants["dev"].jwt.hs256_secret.expose(), BUILTIN_DEV_SECRET);
+    assert_eq!(config.tenants["dev"].jwt.hs256_secret().unwrap().expose(), BUILTIN_DEV_SECRET);
     assert_eq!(config.models["demo"].provider, ProviderKind::Demo);
     assert_eq!(config.tool("lookup_order").unwrap().target, ToolTarget::BuiltinDemo);
 }
@@ -136,7 +136,7 @@ fn the_dev_secret_comes_from_the_environment_when_set() {
     let env = env_of(&[("SWITCHBOARD_DEV_SECRET", "a-long-enough-dev-secret")]);
     let config = Config::embedded_defaults(&env).unwrap();
     assert!(!config.uses_builtin_dev_secret);
-    assert_eq!(config.tenants["dev"].jwt.hs256_secret.expose(), "a-long-enough-dev-secret");
+    assert_eq!(config.tenants["dev"].jwt.hs256_secret().unwrap().expose(), "a-long-enough-dev-secret");
 }
 
 #[test]

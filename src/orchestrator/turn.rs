@@ -108,6 +108,10 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             return Ok(end);
         }
         let request = request(orchestrator, handle, model);
+        let reserved = match reserve_tokens(orchestrator, handle, &request).await {
+            Ok(reserved) => reserved,
+            Err(end) => return Ok(end),
+        };
         let output =
             match step::run(provider.as_ref(), request, &handle.emitter(), &handle.cancelled().clone(), &main_agent())
                 .await
@@ -117,6 +121,12 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
                 Err(StepError::Session(e)) => return Err(e),
                 Err(StepError::Provider(e)) => return Ok(provider_failure(&e)),
             };
+        if let Some((tenant, estimate)) = reserved {
+            let used = (output.usage.input_tokens + output.usage.output_tokens) as i64;
+            if let Err(e) = handle.sessions().take_tokens(&tenant, used - estimate, None).await {
+                tracing::warn!(tenant = %tenant, error = %e, "cannot correct the token count");
+            }
+        }
         let mut total = handle.doc().turn_state.usage;
         total.add(&output.usage);
         // Durable, and so is every delta emitted before it.
@@ -221,4 +231,31 @@ async fn fit_context(
         }));
     }
     Ok(None)
+}
+
+/// Reserves the estimated tokens of a model call in the tenant's per-minute
+/// budget, when it has one. `Ok(Some((tenant, estimate)))` to correct after
+/// the call; `Err(end)` when the budget is spent (or cannot be checked and
+/// limits fail closed).
+async fn reserve_tokens(
+    orchestrator: &Orchestrator,
+    handle: &RunHandle,
+    request: &ModelRequest,
+) -> Result<Option<(String, i64)>, End> {
+    let tenant = handle.doc().tenant.clone();
+    let limit = orchestrator.config.tenants.get(&tenant).and_then(|t| t.rate_limit).and_then(|l| l.tokens_per_minute);
+    let Some(limit) = limit else { return Ok(None) };
+    let estimate = (context::estimate(&request.messages) + u64::from(request.max_output_tokens)) as i64;
+    match handle.sessions().take_tokens(&tenant, estimate, Some(limit)).await {
+        Ok(true) => Ok(Some((tenant, estimate))),
+        Ok(false) => Err(End::Failed {
+            code: "rate_limited",
+            message: format!("the tenant's budget of {limit} model tokens per minute is spent; retry in a minute"),
+        }),
+        Err(e) if orchestrator.config.on_store_error == crate::config::StoreFailure::FailOpen => {
+            tracing::warn!(tenant = %tenant, error = %e, "token budget unchecked (fail open)");
+            Ok(None)
+        }
+        Err(_) => Err(End::Failed { code: "store_unavailable", message: "the token budget cannot be checked".into() }),
+    }
 }

@@ -1,15 +1,495 @@
-//! Being written.
+//! The HolmesGPT dialect (PROTOCOLS.md §1): canonical events as Holmes' SSE
+//! events, `event: <name>` + `data: <json>`, plus the `id: <seq>` of the
+//! event each frame comes from (Holmes clients ignore it; a rejoin uses it).
+//!
+//! | canonical | Holmes |
+//! |---|---|
+//! | `message_completed` | `ai_message {content, reasoning, metadata}` |
+//! | `tool_call_started` | `start_tool_calling {tool_name, id}` |
+//! | `tool_result` | `tool_calling_result {…, result: {status, data, error, params}}` (`denied` → `error`) |
+//! | `usage` | `token_count {metadata}` |
+//! | `paused` | one `tool_calling_result` (`approval_required`) per pending approval, then, from [`Encoder::finish`], `approval_required` |
+//! | `turn_ended` final / max_iterations | `ai_answer_end` from [`Encoder::finish`] |
+//! | `compaction_*` | `conversation_history_compaction_start` / `conversation_history_compacted` |
+//! | `error` | `error {description, error_code, msg, success: false}` |
+//!
+//! Holmes sends one whole message per model call, then the calls it starts,
+//! then (after the tools ran) the iteration's token count. Canonical events
+//! come in stream order instead (calls open while the text streams; usage
+//! right after the model call), so the encoder holds a step's frames until
+//! its `usage` event and its `token_count` until the next step or the end.
+//! A held frame goes out with the id of the event that releases it, so a
+//! rejoin after that id has seen it. Only the main agent's events are
+//! shown: Holmes has no subagents (the `agent` tool is one tool call).
+//!
+//! `conversation_history` is the stored conversation in OpenAI format; the
+//! `approval_required` and `ai_answer_end` events carry `session_id` too.
 
-use super::{Encoder, Frame, LogEvent};
+use std::collections::HashMap;
+
+use serde_json::{Map, Value, json};
+
+use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
+use crate::{
+    orchestrator::context::estimate_text,
+    providers::{ChatMessage, Role, Usage},
+    sessions::SessionDoc,
+};
+
+/// Holmes' error code for a rate limit; everything else is 1.
+const RATE_LIMIT_CODE: u32 = 5204;
+
+/// The model's context window and reserved output, for `metadata`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_tokens: u32,
+    pub max_output_tokens: u32,
+}
+
+/// How the stream's turn stopped, for [`Encoder::finish`].
+#[derive(Debug, Clone)]
+enum Ending {
+    Paused { relays: Vec<PendingRelay>, calls: Vec<PendingCall> },
+    Answered,
+}
 
 #[derive(Default)]
-pub struct HolmesEncoder;
+pub struct HolmesEncoder {
+    /// Unknown (`null` in `metadata`) when encoding without the config,
+    /// as for `?format=holmes` on a native stream.
+    limits: Option<Limits>,
+    /// Arguments by tool call id: from `tool_call` events, or seeded by the
+    /// handler from the stored calls of a resumed turn.
+    params: HashMap<String, Value>,
+    /// Argument fragments by tool call id, for calls that never get a
+    /// `tool_call` event (denied ones).
+    fragments: HashMap<String, String>,
+    /// This step's message and call starts, held until its `usage` event.
+    held_message: Option<(Option<String>, Option<String>)>,
+    held_starts: Vec<(String, String)>,
+    /// A `token_count` is owed for the last `usage`.
+    token_count_due: bool,
+    /// The turn's usage so far, and the last model call's.
+    total: Usage,
+    last_call: Usage,
+    /// The last `message_completed` content: Holmes' `analysis`.
+    analysis: Option<String>,
+    ending: Option<Ending>,
+    last_seq: u64,
+}
+
+impl HolmesEncoder {
+    pub fn new(limits: Option<Limits>) -> Self {
+        Self { limits, ..Self::default() }
+    }
+
+    /// Remembers a call's arguments, for `params` of results this stream
+    /// shows without having seen the call (a resumed turn's pending calls).
+    pub fn remember_call(&mut self, tool_call_id: &str, arguments: Value) {
+        self.params.insert(tool_call_id.to_string(), arguments);
+    }
+
+    fn frame(&self, name: &str, data: Value) -> Frame {
+        Frame { id: Some(self.last_seq.to_string()), event: Some(name.to_string()), data: data.to_string() }
+    }
+
+    fn params_of(&self, tool_call_id: &str) -> Value {
+        if let Some(params) = self.params.get(tool_call_id) {
+            return params.clone();
+        }
+        self.fragments.get(tool_call_id).and_then(|text| serde_json::from_str(text).ok()).unwrap_or_else(|| json!({}))
+    }
+
+    /// `metadata` as known during the stream: usage from the events, and the
+    /// conversation size as the provider last counted it.
+    fn metadata(&self) -> Value {
+        let tokens = json!({"total_tokens": self.last_call.input_tokens + self.last_call.output_tokens});
+        metadata(&self.total, tokens, self.limits)
+    }
+
+    /// Sends the held message and call starts of the current step.
+    fn release_step(&mut self, out: &mut Vec<Frame>) {
+        if let Some((content, reasoning)) = self.held_message.take() {
+            let data = json!({"content": content, "reasoning": reasoning, "metadata": self.metadata()});
+            out.push(self.frame("ai_message", data));
+        }
+        for (id, name) in std::mem::take(&mut self.held_starts) {
+            out.push(self.frame("start_tool_calling", json!({"tool_name": name, "id": id})));
+        }
+    }
+
+    /// Sends the `token_count` owed for the previous model call.
+    fn release_token_count(&mut self, out: &mut Vec<Frame>) {
+        if std::mem::take(&mut self.token_count_due) {
+            out.push(self.frame("token_count", json!({"metadata": self.metadata()})));
+        }
+    }
+
+    fn release_all(&mut self, out: &mut Vec<Frame>) {
+        self.release_step(out);
+        self.release_token_count(out);
+    }
+
+    fn tool_result(&self, tool_call_id: &str, name: &str, status: &str, output: &Value) -> Frame {
+        let params = self.params_of(tool_call_id);
+        let text = match output {
+            Value::String(s) => Value::String(s.clone()),
+            other => other.clone(),
+        };
+        let (status, data, error) = match status {
+            "success" => ("success", text, Value::Null),
+            _ => ("error", Value::Null, text),
+        };
+        let data = json!({
+            "tool_call_id": tool_call_id,
+            "role": "tool",
+            "description": describe(name, &params),
+            "name": name,
+            "result": {"status": status, "data": data, "error": error, "params": params},
+        });
+        self.frame("tool_calling_result", data)
+    }
+
+    fn error_frame(&self, code: &str, message: &str) -> Frame {
+        let error_code = if code == "rate_limited" { RATE_LIMIT_CODE } else { 1 };
+        // `code` is ours (Holmes clients ignore it); it keeps the cause
+        // machine-readable for the non-stream answer.
+        let data =
+            json!({"description": message, "error_code": error_code, "msg": message, "success": false, "code": code});
+        self.frame("error", data)
+    }
+}
 
 impl Encoder for HolmesEncoder {
-    fn encode(&mut self, _event: &LogEvent) -> Vec<Frame> {
-        Vec::new()
+    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+        if event.event.agent.depth > 0 {
+            return Vec::new();
+        }
+        self.last_seq = event.seq;
+        let mut out = Vec::new();
+        match &event.event.kind {
+            EventKind::ToolCallStarted { tool_call_id, name } => {
+                self.release_token_count(&mut out);
+                self.held_starts.push((tool_call_id.clone(), name.clone()));
+            }
+            EventKind::ToolCallArgs { tool_call_id, delta } => {
+                self.fragments.entry(tool_call_id.clone()).or_default().push_str(delta);
+            }
+            EventKind::ToolCall { tool_call_id, arguments, .. } => {
+                self.params.insert(tool_call_id.clone(), arguments.clone());
+            }
+            EventKind::MessageCompleted { content, reasoning } => {
+                self.release_token_count(&mut out);
+                if content.is_some() {
+                    self.analysis.clone_from(content);
+                }
+                self.held_message = Some((content.clone(), reasoning.clone()));
+            }
+            EventKind::Usage { usage, total } => {
+                self.last_call = *usage;
+                self.total = *total;
+                self.release_all(&mut out);
+                self.token_count_due = true;
+            }
+            EventKind::ToolResult { tool_call_id, name, status, output } => {
+                self.release_step(&mut out);
+                out.push(self.tool_result(tool_call_id, name, status, output));
+            }
+            EventKind::Paused { pending_relays, pending_calls } => {
+                self.release_step(&mut out);
+                for relay in pending_relays {
+                    self.params.entry(relay.tool_call_id.clone()).or_insert_with(|| relay.params.clone());
+                    let params = relay.params.clone();
+                    let data = json!({
+                        "tool_call_id": relay.tool_call_id,
+                        "role": "tool",
+                        "description": describe(&relay.tool, &params),
+                        "name": relay.tool,
+                        "result": {"status": "approval_required", "data": null, "error": null, "params": params},
+                    });
+                    out.push(self.frame("tool_calling_result", data));
+                }
+                self.release_token_count(&mut out);
+                self.ending = Some(Ending::Paused { relays: pending_relays.clone(), calls: pending_calls.clone() });
+            }
+            EventKind::TurnEnded { reason, .. } => {
+                self.release_all(&mut out);
+                match reason {
+                    TurnEndReason::Final | TurnEndReason::MaxIterations => self.ending = Some(Ending::Answered),
+                    TurnEndReason::Cancelled => out.push(self.error_frame("cancelled", "the turn was cancelled")),
+                    // The `error` event before it said why.
+                    TurnEndReason::Failed => {}
+                }
+            }
+            EventKind::Error { code, message } => {
+                self.release_all(&mut out);
+                out.push(self.error_frame(code, message));
+            }
+            EventKind::CompactionStarted { tokens, messages } => {
+                self.release_all(&mut out);
+                let data = json!({
+                    "content": format!("Compacting conversation history ({tokens} tokens, {messages} messages)..."),
+                    "metadata": {
+                        "initial_tokens": tokens,
+                        "num_messages": messages,
+                        "max_context_size": self.limits.map(|l| l.max_tokens),
+                        "threshold_pct": crate::orchestrator::context::COMPACTION_THRESHOLD_PCT,
+                    },
+                });
+                out.push(self.frame("conversation_history_compaction_start", data));
+            }
+            EventKind::CompactionDone { tokens_before, tokens_after, summary } => {
+                self.release_all(&mut out);
+                let saved = if *tokens_before == 0 {
+                    0.0
+                } else {
+                    let pct = 100.0 * (*tokens_before as f64 - *tokens_after as f64) / *tokens_before as f64;
+                    (pct * 10.0).round() / 10.0
+                };
+                let data = json!({
+                    "content": format!(
+                        "The conversation history has been compacted from {tokens_before} to {tokens_after} tokens"
+                    ),
+                    "compaction_summary": summary,
+                    // The compacted history is in the next `ai_answer_end`.
+                    "messages": [],
+                    "metadata": {
+                        "initial_tokens": tokens_before,
+                        "compacted_tokens": tokens_after,
+                        "compression_ratio_pct": saved,
+                        "max_context_size": self.limits.map(|l| l.max_tokens),
+                        "threshold_pct": crate::orchestrator::context::COMPACTION_THRESHOLD_PCT,
+                    },
+                });
+                out.push(self.frame("conversation_history_compacted", data));
+            }
+            EventKind::TurnStarted { .. }
+            | EventKind::TextDelta { .. }
+            | EventKind::ReasoningDelta { .. }
+            | EventKind::RelayRequested(_)
+            | EventKind::RelayDecided { .. }
+            | EventKind::Resumed { .. }
+            | EventKind::StepRestarted { .. } => {}
+        }
+        out
     }
-    fn failure(&mut self, _code: &str, _message: &str) -> Vec<Frame> {
-        Vec::new()
+
+    fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
+        let mut frame = self.error_frame(code, message);
+        frame.id = None;
+        vec![frame]
+    }
+
+    fn wants_finish(&self) -> bool {
+        true
+    }
+
+    fn finish(&mut self, doc: &SessionDoc) -> Vec<Frame> {
+        let Some(ending) = self.ending.take() else { return Vec::new() };
+        let history = render_history(&doc.messages);
+        let metadata = self.final_metadata(doc);
+        let (name, data) = match ending {
+            Ending::Answered => {
+                let analysis = self.analysis.clone().or_else(|| last_answer(&doc.messages)).unwrap_or_default();
+                let data = json!({
+                    "analysis": analysis,
+                    "conversation_history": history,
+                    "follow_up_actions": [],
+                    "metadata": metadata,
+                    "session_id": doc.id,
+                });
+                ("ai_answer_end", data)
+            }
+            Ending::Paused { relays, calls } => {
+                let approvals: Vec<Value> = relays
+                    .iter()
+                    .map(|r| {
+                        json!({"tool_call_id": r.tool_call_id, "tool_name": r.tool,
+                            "description": describe(&r.tool, &r.params), "params": r.params})
+                    })
+                    .collect();
+                let frontend: Vec<Value> = calls
+                    .iter()
+                    .map(|c| json!({"tool_call_id": c.tool_call_id, "tool_name": c.tool, "arguments": c.arguments}))
+                    .collect();
+                let data = json!({
+                    // The docs name it `content`, the real server `analysis`.
+                    "content": null,
+                    "analysis": null,
+                    "conversation_history": history,
+                    "follow_up_actions": [],
+                    "requires_approval": true,
+                    "pending_approvals": approvals,
+                    "pending_frontend_tool_calls": frontend,
+                    "metadata": metadata,
+                    "session_id": doc.id,
+                });
+                ("approval_required", data)
+            }
+        };
+        vec![self.frame(name, data)]
+    }
+}
+
+impl HolmesEncoder {
+    /// `metadata` at the end of the stream: the turn's usage, the stored
+    /// conversation's token breakdown and this turn's truncations.
+    fn final_metadata(&self, doc: &SessionDoc) -> Value {
+        let mut metadata = metadata(&doc.turn_state.usage, token_breakdown(&doc.messages), self.limits);
+        if !doc.turn_state.truncations.is_empty() {
+            metadata["truncations"] = serde_json::to_value(&doc.turn_state.truncations).unwrap_or(Value::Null);
+        }
+        metadata
+    }
+}
+
+fn metadata(usage: &Usage, tokens: Value, limits: Option<Limits>) -> Value {
+    json!({
+        "usage": {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+        },
+        "tokens": tokens,
+        "max_tokens": limits.map(|l| l.max_tokens),
+        "max_output_tokens": limits.map(|l| l.max_output_tokens),
+    })
+}
+
+/// Holmes' per-role token counts, estimated as the orchestrator does
+/// (tool definitions are not in the stored conversation: 0).
+fn token_breakdown(messages: &[ChatMessage]) -> Value {
+    let (mut system, mut user, mut assistant, mut calls, mut tools) = (0, 0, 0, 0, 0);
+    for message in messages {
+        let content = message.content.as_deref().map_or(0, estimate_text);
+        match message.role {
+            Role::System => system += content,
+            Role::User => user += content,
+            Role::Assistant => assistant += content,
+            Role::Tool => tools += content,
+        }
+        calls += message.tool_calls.iter().map(|c| estimate_text(&c.name) + estimate_text(&c.arguments)).sum::<u64>();
+    }
+    json!({
+        "total_tokens": system + user + assistant + calls + tools,
+        "tools_tokens": tools,
+        "system_tokens": system,
+        "user_tokens": user,
+        "tools_to_call_tokens": calls,
+        "assistant_tokens": assistant,
+        "other_tokens": 0,
+    })
+}
+
+/// A one-line description of a call: the tool and its arguments.
+fn describe(name: &str, params: &Value) -> String {
+    match params {
+        Value::Object(map) if map.is_empty() => name.to_string(),
+        Value::Null => name.to_string(),
+        other => format!("{name} {other}"),
+    }
+}
+
+fn last_answer(messages: &[ChatMessage]) -> Option<String> {
+    messages.iter().rev().find(|m| m.role == Role::Assistant).and_then(|m| m.content.clone())
+}
+
+/// The conversation in OpenAI's message format, as Holmes sends it: images
+/// of a user message become content parts; tool messages carry the name of
+/// the call they answer.
+pub fn render_history(messages: &[ChatMessage]) -> Vec<Value> {
+    let mut names: HashMap<&str, &str> = HashMap::new();
+    messages
+        .iter()
+        .map(|m| {
+            let mut out = Map::new();
+            out.insert("role".into(), serde_json::to_value(m.role).unwrap_or(Value::Null));
+            let content = if m.images.is_empty() {
+                json!(m.content)
+            } else {
+                let mut parts: Vec<Value> =
+                    m.content.iter().map(|text| json!({"type": "text", "text": text})).collect();
+                parts.extend(m.images.iter().map(|image| json!({"type": "image_url", "image_url": image})));
+                Value::Array(parts)
+            };
+            out.insert("content".into(), content);
+            if !m.tool_calls.is_empty() {
+                let calls: Vec<Value> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        names.insert(&c.id, &c.name);
+                        json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+                    })
+                    .collect();
+                out.insert("tool_calls".into(), Value::Array(calls));
+            }
+            if let Some(id) = &m.tool_call_id {
+                out.insert("tool_call_id".into(), json!(id));
+                if let Some(name) = names.get(id.as_str()) {
+                    out.insert("name".into(), json!(name));
+                }
+            }
+            Value::Object(out)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::events::{AgentRef, Event};
+
+    fn event(seq: u64, kind: EventKind) -> LogEvent {
+        let agent = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
+        LogEvent { seq, session_id: "s1".into(), event: Event { kind, agent, ts: 1 } }
+    }
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames.iter().filter_map(|f| f.event.as_deref()).collect()
+    }
+
+    #[test]
+    fn a_step_is_sent_in_holmes_order_with_the_id_of_the_event_that_releases_it() {
+        let mut encoder = HolmesEncoder::new(Some(Limits { max_tokens: 1000, max_output_tokens: 100 }));
+        let started = EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "wipe".into() };
+        assert!(encoder.encode(&event(2, started)).is_empty());
+        encoder
+            .encode(&event(3, EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"all":true}"#.into() }));
+        let message = EventKind::MessageCompleted { content: Some("Wiping.".into()), reasoning: None };
+        assert!(encoder.encode(&event(4, message)).is_empty());
+        let usage = Usage { input_tokens: 10, output_tokens: 2, ..Usage::default() };
+        let frames = encoder.encode(&event(5, EventKind::Usage { usage, total: usage }));
+        assert_eq!(names(&frames), ["ai_message", "start_tool_calling"]);
+        assert!(frames.iter().all(|f| f.id.as_deref() == Some("5")));
+        let message: Value = serde_json::from_str(&frames[0].data).unwrap();
+        assert_eq!(message["metadata"]["usage"]["total_tokens"], 12);
+        assert_eq!(message["metadata"]["max_tokens"], 1000);
+
+        let denied = EventKind::ToolResult {
+            tool_call_id: "c1".into(),
+            name: "wipe".into(),
+            status: "denied".into(),
+            output: json!("Permission denied: no"),
+        };
+        let frames = encoder.encode(&event(6, denied));
+        let result: Value = serde_json::from_str(&frames[0].data).unwrap();
+        assert_eq!(result["result"]["status"], "error");
+        assert_eq!(result["result"]["error"], "Permission denied: no");
+        assert_eq!(result["result"]["params"], json!({"all": true}));
+        let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage };
+        assert_eq!(names(&encoder.encode(&event(7, end))), ["token_count"]);
+    }
+
+    #[test]
+    fn a_rate_limit_is_error_code_5204() {
+        let mut encoder = HolmesEncoder::default();
+        let error = EventKind::Error { code: "rate_limited".into(), message: "slow down".into() };
+        let data: Value = serde_json::from_str(&encoder.encode(&event(1, error))[0].data).unwrap();
+        assert_eq!(
+            data,
+            json!({"description": "slow down", "error_code": 5204, "msg": "slow down",
+            "success": false, "code": "rate_limited"})
+        );
     }
 }

@@ -93,6 +93,8 @@ pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey)
     let lease = LeaseOp::Acquire { replica: me, ttl: sessions.config().store.lease_ttl };
     match store.state.compare_and_set(key, version, &encoded, lease).await {
         Ok(WriteOutcome::Written(version)) => {
+            // Still one of the tenant's running sessions: refresh, never refuse.
+            let _ = sessions.hold_slot(key, false).await;
             tracing::info!(session = %key.id, from = previous.as_deref().unwrap_or("?"), "took over session");
             sessions.spawn_runner(key.clone(), version, doc, Some(previous.unwrap_or_default()));
             true
@@ -112,7 +114,9 @@ impl Sessions {
         let keys: Vec<SessionKey> = self.inner.running.iter().map(|r| r.key().clone()).collect();
         for key in keys {
             match self.store().leases.renew(&key, self.replica(), ttl).await {
-                Ok(true) => {}
+                Ok(true) => {
+                    let _ = self.hold_slot(&key, false).await;
+                }
                 Ok(false) => {
                     tracing::warn!(session = %key.id, "lease lost; stopping the turn here");
                     if let Some((_, running)) = self.inner.running.remove(&key) {

@@ -11,6 +11,8 @@
 //! — another subject, another tenant, a missing id — is the same 404.
 
 mod commands;
+mod conversation;
+mod history;
 pub mod hub;
 mod leases;
 mod run;
@@ -46,6 +48,9 @@ pub enum SessionError {
     NotFound,
     #[error("relay not found")]
     RelayNotFound,
+    /// A tenant quota (concurrent sessions) is used up.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after_secs: u64 },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -215,6 +220,12 @@ impl Sessions {
         mut doc: SessionDoc,
         events: Vec<EventKind>,
     ) -> Result<u64, SessionError> {
+        if !self.hold_slot(key, true).await? {
+            return Err(SessionError::RateLimited {
+                message: "the tenant's limit of concurrently running sessions is reached".into(),
+                retry_after_secs: self.inner.config.store.lease_ttl.as_secs().max(1),
+            });
+        }
         doc.status = Status::Running;
         doc.owner = Some(self.inner.replica.clone());
         doc.updated_ms = crate::protocol::events::now_ms();
@@ -288,9 +299,39 @@ impl Sessions {
         }
     }
 
+    /// Counts `key` as running for its tenant when the tenant caps running
+    /// sessions (`check`: refuse past the cap; else just refresh). The count
+    /// expires with the lease, so a dead replica's sessions stop counting.
+    async fn hold_slot(&self, key: &SessionKey, check: bool) -> Result<bool, SessionError> {
+        let limit = self.inner.config.tenants.get(&*key.tenant).and_then(|t| t.rate_limit);
+        let Some(max) = limit.and_then(|l| l.max_concurrent_sessions) else { return Ok(true) };
+        let max = check.then_some(max);
+        let ttl = self.inner.config.store.lease_ttl;
+        match self.inner.store.quotas.acquire_slot(&key.tenant, &key.id, max, ttl).await {
+            Ok(held) => Ok(held),
+            Err(e) if self.inner.config.on_store_error == crate::config::StoreFailure::FailOpen => {
+                tracing::warn!(tenant = %key.tenant, error = %e, "session limit unchecked (fail open)");
+                Ok(true)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds model tokens to the tenant's per-minute budget: a reservation
+    /// checked against `limit`, or an unchecked correction.
+    pub async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError> {
+        self.inner.store.quotas.take_tokens(tenant, tokens, limit).await
+    }
+
     /// The session stopped running here (paused, ended, or lost).
     async fn forget_running(&self, key: &SessionKey) {
         self.inner.running.remove(key);
+        let capped = self.inner.config.tenants.get(&*key.tenant).and_then(|t| t.rate_limit);
+        if capped.and_then(|l| l.max_concurrent_sessions).is_some()
+            && let Err(e) = self.inner.store.quotas.release_slot(&key.tenant, &key.id).await
+        {
+            tracing::warn!(session = %key.id, error = %e, "cannot release the session's slot; it expires with the lease");
+        }
         if let Err(e) = self.inner.store.leases.forget(key).await {
             tracing::warn!(session = %key.id, error = %e, "cannot drop the session from the lease index");
         }

@@ -14,6 +14,8 @@ use std::{
     time::Duration,
 };
 
+mod quotas;
+
 use async_trait::async_trait;
 use tokio::{sync::mpsc, time::Instant};
 
@@ -24,6 +26,9 @@ use super::{
 use crate::config::StoreConfig;
 
 pub struct MemoryStore {
+    /// Quota counters, apart from `inner`: they never need to change
+    /// together with sessions.
+    quotas: Mutex<quotas::QuotaState>,
     /// One std mutex over everything, not a sharded map: every operation is
     /// a few map lookups with no await while it is held, and one lock makes
     /// the multi-structure updates (state + lease + lease index; log + lease
@@ -112,6 +117,7 @@ impl MemoryStore {
             max_len: usize::try_from(config.event_log_max_len).unwrap_or(usize::MAX),
             notices,
             forward: OnceLock::new(),
+            quotas: Mutex::default(),
         }
     }
 

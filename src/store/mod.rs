@@ -222,6 +222,40 @@ pub trait Notifications: Send + Sync {
     async fn wake(&self, key: &SessionKey) -> Result<(), StoreError>;
 }
 
+/// The answer to one rate-limited request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateDecision {
+    /// Allowed; this many more may follow at once.
+    Allowed { remaining: u32 },
+    /// Refused; the next one will be allowed after this long.
+    Limited { retry_after: Duration },
+}
+
+/// Per-tenant quotas counted across replicas.
+#[async_trait]
+pub trait Quotas: Send + Sync {
+    /// One request of `tenant`, at `rate` per second with `burst`.
+    async fn take_request(&self, tenant: &str, rate: u32, burst: u32) -> Result<RateDecision, StoreError>;
+
+    /// Counts `session_id` as running for `tenant` until `ttl` passes without
+    /// another call; `max` (if any) bounds how many may run at once. False
+    /// when the tenant is at its maximum. Calling again refreshes it.
+    async fn acquire_slot(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        max: Option<u32>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
+    async fn release_slot(&self, tenant: &str, session_id: &str) -> Result<(), StoreError>;
+
+    /// Adds `tokens` to the tenant's count for the current minute: checked
+    /// against `limit` when given (a reservation; false if it would pass
+    /// it), unchecked otherwise (a correction, possibly negative).
+    async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError>;
+}
+
 /// Liveness of the backend, for `/readyz`.
 #[async_trait]
 pub trait Health: Send + Sync {
@@ -236,6 +270,7 @@ pub struct Store {
     pub leases: Arc<dyn Leases>,
     pub relays: Arc<dyn RelayIndex>,
     pub notifications: Arc<dyn Notifications>,
+    pub quotas: Arc<dyn Quotas>,
     pub health: Arc<dyn Health>,
     /// `"redis"` or `"memory"`, for logs.
     pub kind: &'static str,
@@ -257,7 +292,7 @@ impl Store {
 
     fn from_backend<B>(backend: Arc<B>, kind: &'static str) -> Self
     where
-        B: StateStore + EventLog + Leases + RelayIndex + Notifications + Health + 'static,
+        B: StateStore + EventLog + Leases + RelayIndex + Notifications + Quotas + Health + 'static,
     {
         Self {
             state: backend.clone(),
@@ -265,6 +300,7 @@ impl Store {
             leases: backend.clone(),
             relays: backend.clone(),
             notifications: backend.clone(),
+            quotas: backend.clone(),
             health: backend,
             kind,
         }

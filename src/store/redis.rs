@@ -8,6 +8,8 @@
 //! - `{prefix}{t:<tenant>:s:<id>}:lease` — owner replica id, PX lease TTL
 //! - `{prefix}leases` — zset `tenant/id` → lease deadline (server ms)
 //! - `{prefix}relay:<relay_id>` — `tenant/id`
+//! - `{prefix}rl:<tenant>` — GCRA arrival time; `{prefix}slots:<tenant>` — zset of
+//!   running sessions → deadline; `{prefix}tpm:<tenant>:<minute>` — tokens used
 //! - channel `{prefix}n:<tenant>/<id>` — `e:<last_seq>` after appends, `w` wakes
 //!
 //! Every conditional write is one Lua script (`lua/*.lua`), because a
@@ -25,6 +27,7 @@
 //! The event log (appends, reads) is in `redis/log.rs`.
 
 mod log;
+mod quotas;
 
 use std::time::Duration;
 
@@ -50,6 +53,9 @@ struct Scripts {
     index_expired: Script,
     append: Script,
     read_after: Script,
+    rate_gcra: Script,
+    slot_acquire: Script,
+    tokens_take: Script,
 }
 
 impl Scripts {
@@ -61,6 +67,9 @@ impl Scripts {
             index_expired: Script::new(include_str!("lua/lease_index_expired.lua")),
             append: Script::new(include_str!("lua/append.lua")),
             read_after: Script::new(include_str!("lua/read_after.lua")),
+            rate_gcra: Script::new(include_str!("lua/rate_gcra.lua")),
+            slot_acquire: Script::new(include_str!("lua/slot_acquire.lua")),
+            tokens_take: Script::new(include_str!("lua/tokens_take.lua")),
         }
     }
 }
@@ -88,6 +97,15 @@ impl Keys {
     }
     fn relay(&self, relay_id: &str) -> String {
         format!("{}relay:{relay_id}", self.prefix)
+    }
+    fn rate(&self, tenant: &str) -> String {
+        format!("{}rl:{tenant}", self.prefix)
+    }
+    fn slots(&self, tenant: &str) -> String {
+        format!("{}slots:{tenant}", self.prefix)
+    }
+    fn tokens(&self, tenant: &str, minute: u64) -> String {
+        format!("{}tpm:{tenant}:{minute}", self.prefix)
     }
     fn channel(&self, key: &SessionKey) -> String {
         format!("{}n:{}", self.prefix, key.to_member())

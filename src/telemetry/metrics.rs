@@ -24,8 +24,17 @@ pub struct RouteLabels {
     pub route: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RateLimitLabels {
+    pub tenant: String,
+    /// `allowed`, `limited_local`, `limited_global`, `store_error_refused`,
+    /// `store_error_allowed`, `limited_sessions`, `limited_tokens`.
+    pub outcome: String,
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub rate_limits: Family<RateLimitLabels, Counter>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
 }
@@ -44,7 +53,9 @@ impl Metrics {
             "Time until the response head was sent",
             http_duration.clone(),
         );
-        Self { registry, http_requests, http_duration }
+        let rate_limits = Family::<RateLimitLabels, Counter>::default();
+        registry.register("rate_limit_decisions", "Rate-limit decisions by tenant and outcome", rate_limits.clone());
+        Self { registry, rate_limits, http_requests, http_duration }
     }
 
     pub fn observe_http(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
@@ -52,6 +63,12 @@ impl Metrics {
             .get_or_create(&HttpLabels { route: route.to_string(), method: method.to_string(), status })
             .inc();
         self.http_duration.get_or_create(&RouteLabels { route: route.to_string() }).observe(elapsed.as_secs_f64());
+    }
+
+    pub fn rate_limit(&self, tenant: &str, outcome: &str) {
+        self.rate_limits
+            .get_or_create(&RateLimitLabels { tenant: tenant.to_string(), outcome: outcome.to_string() })
+            .inc();
     }
 
     /// The OpenMetrics text exposition.

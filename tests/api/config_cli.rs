@@ -77,13 +77,13 @@ fn the_shipped_example_configuration_is_valid() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
-#[test]
-fn token_prints_a_jwt_the_same_configuration_accepts() {
+#[tokio::test]
+async fn token_prints_a_jwt_the_same_configuration_accepts() {
     let output = switchboard().args(["token", "--tenant", "dev", "--subject", "newcomer"]).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let token = String::from_utf8(output.stdout).unwrap();
     let config = Config::embedded_defaults(&|_| None).unwrap();
-    let principal = Authenticator::from_config(&config).verify(token.trim()).expect("the token verifies");
+    let principal = Authenticator::from_config(&config).verify(token.trim()).await.expect("the token verifies");
     assert_eq!(&*principal.tenant, "dev");
     assert_eq!(principal.subject, "newcomer");
 }

@@ -7,9 +7,14 @@ mod sse;
 mod support;
 
 mod auth;
+mod auth_keys;
 mod config_cli;
 mod health;
+mod holmes;
+mod limits;
+mod llm_gateway;
 mod mock_upstream;
+mod native_api;
 mod orchestrator;
 mod orchestrator_limits;
 mod providers;

@@ -182,6 +182,11 @@ async fn a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a() {
     assert_eq!(view["pending_relays"][0]["relay_id"], relay_id.as_str());
 
     let path = format!("/v1/sessions/{id}/relays/{relay_id}");
+    // Another tenant, and another subject of the same tenant, cannot decide it.
+    for stranger in [w.apps[1].token("globex", "alice"), w.apps[1].token("acme", "bob")] {
+        let response = w.apps[1].post_json(&path, Some(&stranger), &json!({"approved": true})).await;
+        assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
+    }
     let decided = w.apps[1].post_json(&path, Some(&w.token), &json!({"approved": true})).await;
     assert_eq!(decided.status(), StatusCode::OK);
     let rest = on_a.rest().await;

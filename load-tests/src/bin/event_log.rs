@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long, default_value_t = 50)]
     pub sessions: usize,
     /// Text deltas per session in the coalesced phase (`RunHandle::emit`).
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = 2000)]
     pub tokens: usize,
     /// Bytes of text per delta (a token), in every phase but the live one.
     #[arg(long, default_value_t = 8)]
@@ -95,8 +95,8 @@ pub struct Results {
     pub coalesced: Option<TurnsResult>,
     pub durable_single: Option<TurnsResult>,
     pub durable_many: Option<TurnsResult>,
-    pub rejoin_full: Option<RejoinResult>,
-    pub rejoin_tail: Option<RejoinResult>,
+    /// From 0 and from near the end, each over new and reused connections.
+    pub rejoins: Vec<RejoinResult>,
     pub live: Option<LiveResult>,
     /// ACL users the replicas connected as (A, B), when they could be made.
     pub users: Option<(String, String)>,
@@ -117,8 +117,8 @@ async fn main() -> ExitCode {
     context.redis_version = admin.version().await.unwrap_or_else(|e| format!("unknown ({e})"));
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let prefix = format!("sbload:{run_id}:");
-    let mut results = Results::default();
-    results.users = make_users(&mut admin, &args.redis, &run_id).await;
+    let users = make_users(&mut admin, &args.redis, &run_id).await;
+    let mut results = Results { users, ..Results::default() };
 
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     tokio::select! {
@@ -246,11 +246,19 @@ async fn run_phases(args: &Args, prefix: &str, deadline: Instant, admin: &mut Ad
         && args.rejoin_repeats > 0
     {
         let (id, last) = (&durable.ids[0], durable.outcomes[0].last_seq);
-        let run = fanout::rejoin(&client, &base_b, id, 0, last, args.rejoin_repeats);
-        results.rejoin_full = phase(errors, deadline, "rejoin on B from 0", run).await;
-        let cursor = last.saturating_sub(args.rejoin_tail);
-        let run = fanout::rejoin(&client, &base_b, id, cursor, last, args.rejoin_repeats);
-        results.rejoin_tail = phase(errors, deadline, "rejoin on B near the end", run).await;
+        match client.without_keep_alive() {
+            Ok(fresh) => {
+                for cursor in [0, last.saturating_sub(args.rejoin_tail)] {
+                    for client in [&fresh, &client] {
+                        let how = if client.keeps_alive() { "kept-alive connection" } else { "new connection" };
+                        let name = format!("rejoin on B from {cursor}, {how}");
+                        let run = fanout::rejoin(client, &base_b, id, cursor, last, args.rejoin_repeats);
+                        results.rejoins.extend(phase(errors, deadline, &name, run).await);
+                    }
+                }
+            }
+            Err(e) => errors.push(format!("rejoin client: {e}")),
+        }
     }
 
     if args.followers > 0 && args.live_tokens > 0 {
@@ -258,7 +266,7 @@ async fn run_phases(args: &Args, prefix: &str, deadline: Instant, admin: &mut Ad
             followers: args.followers,
             tokens: args.live_tokens,
             interval: Duration::from_millis(args.live_interval_ms),
-            b_user: users.map(|u| u.1),
+            users,
         };
         let run = fanout::live(&client, &base_a, &base_b, admin, &runner, &live);
         results.live = phase(errors, deadline, "live fan-out to followers on B", run).await;

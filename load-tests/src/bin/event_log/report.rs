@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use switchboard_load::{
-    fanout::{LiveResult, RejoinResult},
+    fanout::LiveResult,
     raw::RawResult,
     stats::{Summary, int, millis, ms, rate},
     turns::TurnsResult,
@@ -150,7 +150,7 @@ fn turns_section(w: &mut String, args: &Args, results: &Results) {
     let _ = writeln!(w);
     let token = "x".repeat(args.token_bytes.max(1));
     type Row = (&'static str, fn(&TurnsResult, &str) -> String);
-    let rows: [Row; 14] = [
+    let rows: [Row; 18] = [
         ("sessions × deltas", |r, _| format!("{} × {}", r.sessions(), r.command.tokens())),
         ("wall time, first request → all turns ended", |r, _| format!("{:.2} s", r.elapsed.as_secs_f64())),
         ("**deltas/s end to end**", |r, _| format!("**{}**", int(rate(r.tokens(), r.elapsed)))),
@@ -158,11 +158,15 @@ fn turns_section(w: &mut String, args: &Args, results: &Results) {
         ("text-delta events appended", |r, _| int(r.delta_events() as f64)),
         ("deltas per text-delta event (coalescing)", |r, _| ratio(r.tokens(), r.delta_events())),
         ("EVALSHA calls (Δ INFO commandstats)", |r, _| int(r.counters.evalsha as f64)),
-        ("EVALSHA per delta", |r, _| ratio(r.counters.evalsha, r.tokens())),
-        ("append script calls (Δ PUBLISH)", |r, _| int(r.counters.publish as f64)),
+        ("**EVALSHA per delta**", |r, _| format!("**{}**", ratio(r.counters.evalsha, r.tokens()))),
+        ("… of which appends (Δ PUBLISH)", |r, _| int(r.counters.publish as f64)),
+        ("… of which log reads (Δ XREVRANGE)", |r, _| int(r.counters.xrevrange as f64)),
+        ("… of which state writes (Δ HGET)", |r, _| int(r.counters.hget as f64)),
         ("deltas per append script call", |r, _| ratio(r.tokens(), r.counters.publish)),
-        ("Redis socket reads (Δ total_reads_processed)", |r, _| int(r.counters.reads as f64)),
-        ("socket reads per delta", |r, _| ratio(r.counters.reads, r.tokens())),
+        ("pool checkouts (Δ PING: deadpool's recycle check)", |r, _| int(r.counters.ping as f64)),
+        ("Redis socket reads, all clients (Δ total_reads_processed)", |r, _| int(r.counters.socket_reads as f64)),
+        ("socket reads per delta", |r, _| ratio(r.counters.socket_reads, r.tokens())),
+        ("Redis commands, incl. inside scripts, per delta", |r, _| ratio(r.counters.commands, r.tokens())),
         ("Δ XADD − events appended (0: no other writer)", |r, _| r.foreign_xadds().to_string()),
         ("streams complete (turn_ended, all text)", |r, t| {
             format!("{}/{}", r.sessions() - r.incomplete(t), r.sessions())
@@ -183,21 +187,27 @@ fn ratio(a: u64, b: u64) -> String {
 }
 
 fn rejoin_section(w: &mut String, results: &Results) {
-    let rows: Vec<&RejoinResult> = [&results.rejoin_full, &results.rejoin_tail].into_iter().flatten().collect();
-    if rows.is_empty() {
+    if results.rejoins.is_empty() {
         return;
     }
-    let _ = writeln!(w, "## 3. Rejoin on replica B (finished session; request sent → last replayed frame)\n");
-    let _ =
-        writeln!(w, "| Last-Event-ID | events replayed | repeats | p50 | p95 | max |\n|---:|---:|---:|---:|---:|---:|");
-    for r in rows {
-        if let Some(s) = Summary::of(r.latencies.iter().map(|d| millis(*d)).collect()) {
+    let _ = writeln!(w, "## 3. Rejoin on replica B: a finished session, `GET …/events` with `Last-Event-ID`\n");
+    let _ = writeln!(
+        w,
+        "| Last-Event-ID | events replayed | connection | repeats | first frame p50 | last frame p50 | last frame p95 | \
+         last frame max |\n|---:|---:|---|---:|---:|---:|---:|---:|"
+    );
+    for r in &results.rejoins {
+        let first = Summary::of(r.first_frame.iter().map(|d| millis(*d)).collect());
+        let last = Summary::of(r.latencies.iter().map(|d| millis(*d)).collect());
+        if let (Some(first), Some(s)) = (first, last) {
+            let how = if r.new_connections { "new" } else { "kept alive" };
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {how} | {} | {} | {} | {} | {} |",
                 r.cursor,
                 r.last_seq - r.cursor,
                 s.n,
+                ms(first.p50),
                 ms(s.p50),
                 ms(s.p95),
                 ms(s.max)
@@ -238,30 +248,38 @@ fn live_section(w: &mut String, args: &Args, results: &Results, live: &LiveResul
     }
     let expected = args.live_tokens * live.on_b.len();
     let received: usize = live.on_b.iter().map(|f| f.latencies.len()).sum();
+    let c = &live.counters;
     let _ = writeln!(
         w,
-        "\n{} followers attached in {:.2} s; they received {}/{} deltas.\n",
+        "\n{} followers attached in {:.2} s; they received {}/{} deltas. While the turn streamed: {} append \
+         script calls (Δ PUBLISH) and {} log reads (Δ XREVRANGE) in all, for both replicas.\n",
         live.on_b.len(),
         live.attach.as_secs_f64(),
         int(received as f64),
-        int(expected as f64)
+        int(expected as f64),
+        int(c.publish as f64),
+        int(c.xrevrange as f64)
     );
     let _ = writeln!(
         w,
         "| Redis connections | before followers | {} followers attached | mid-stream |\n|---|---:|---:|---:|",
         live.on_b.len()
     );
-    if let (Some((_, user)), Some(before), Some(attached), Some(streaming)) =
-        (&results.users, live.b_before, live.b_attached, live.b_streaming)
-    {
+    if let (Some((user_a, user_b)), Some(moments)) = (&results.users, live.replicas) {
         let cell = |c: switchboard_load::redis_admin::Connections| format!("{} ({} subscribed)", c.total, c.subscribed);
-        let _ = writeln!(
-            w,
-            "| replica B (`CLIENT LIST` user={user}) | {} | {} | {} |",
-            cell(before),
-            cell(attached),
-            cell(streaming)
-        );
+        let rows = [
+            ("replica A, owner", user_a, moments.map(|m| m.0)),
+            ("replica B, followers", user_b, moments.map(|m| m.1)),
+        ];
+        for (name, user, [before, attached, streaming]) in rows {
+            let _ = writeln!(
+                w,
+                "| {name} (`CLIENT LIST` user={user}) | {} | {} | {} |",
+                cell(before),
+                cell(attached),
+                cell(streaming)
+            );
+        }
     }
     let [before, attached, streaming] = live.clients;
     let _ = writeln!(w, "| whole server (`connected_clients`) | {before} | {attached} | {streaming} |\n");
@@ -288,7 +306,7 @@ fn ratios_section(w: &mut String, results: &Results) {
             w,
             "- Redis round trips per delta with coalescing: {} EVALSHA calls per delta, {} socket reads per delta",
             ratio(r.counters.evalsha, r.tokens()),
-            ratio(r.counters.reads, r.tokens())
+            ratio(r.counters.socket_reads, r.tokens())
         );
     }
     let _ = writeln!(w);

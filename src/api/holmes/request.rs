@@ -1,0 +1,301 @@
+//! The `POST /api/chat` body, as both seed revisions of the Holmes API send
+//! it, and its translation to canonical shapes. Unknown fields are ignored
+//! (Holmes clients send extras); malformed JSON is a 400 and a wrong type a
+//! 422 naming the field's path.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::{
+    error::{ApiError, ErrorCode},
+    providers::{ChatMessage, ImagePart, Role, ToolCall},
+    sessions::state::FrontendTool,
+};
+
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    /// The question; may be `""` on a resume (and is then not used).
+    pub ask: String,
+    #[serde(default)]
+    pub conversation_history: Option<Vec<HistoryMessage>>,
+    /// A model alias; the tenant's first one by default.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub enable_tool_approval: bool,
+    #[serde(default)]
+    pub tool_decisions: Option<Vec<ToolDecision>>,
+    #[serde(default)]
+    pub frontend_tools: Option<Vec<FrontendTool>>,
+    #[serde(default)]
+    pub frontend_tool_results: Option<Vec<FrontendToolResult>>,
+    #[serde(default)]
+    pub response_format: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub images: Option<Vec<ImageInput>>,
+    #[serde(default)]
+    pub additional_system_prompt: Option<String>,
+    #[serde(default)]
+    pub behavior_controls: Option<BTreeMap<String, bool>>,
+    /// Ours: the session a resume or a follow-up question belongs to.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ToolDecision {
+    pub tool_call_id: String,
+    pub approved: bool,
+    #[serde(default)]
+    pub feedback: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FrontendToolResult {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    /// JSON-encoded by the client when it is structured.
+    pub result: String,
+}
+
+/// An image: a URL or `data:` URI, or `{url, detail?, format?}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ImageInput {
+    Url(String),
+    Part(ImagePart),
+}
+
+/// An OpenAI-format message of `conversation_history`.
+#[derive(Debug, Deserialize)]
+pub struct HistoryMessage {
+    role: Role,
+    #[serde(default)]
+    content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Option<Vec<HistoryToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentPart {
+    Text { text: String },
+    ImageUrl { image_url: ImageInput },
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryToolCall {
+    id: String,
+    function: HistoryFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryFunction {
+    name: String,
+    /// JSON text in OpenAI's format; some clients send the object.
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+impl ChatRequest {
+    /// A resume answers a paused turn: it carries decisions or results.
+    pub fn is_resume(&self) -> bool {
+        self.tool_decisions.as_ref().is_some_and(|d| !d.is_empty())
+            || self.frontend_tool_results.as_ref().is_some_and(|r| !r.is_empty())
+    }
+
+    /// The history as canonical messages (`None` when absent or empty);
+    /// its first message must be the system message.
+    pub fn history(&self) -> Result<Option<Vec<ChatMessage>>, ApiError> {
+        let Some(history) = self.conversation_history.as_ref().filter(|h| !h.is_empty()) else { return Ok(None) };
+        if history[0].role != Role::System {
+            return Err(ApiError::new(
+                ErrorCode::ValidationFailed,
+                "conversation_history[0]: the first message must have role \"system\"",
+            ));
+        }
+        Ok(Some(history.iter().map(HistoryMessage::to_message).collect()))
+    }
+
+    /// The user message of a new turn.
+    pub fn user_message(&self) -> ChatMessage {
+        let images = self.images.iter().flatten().map(ImageInput::to_part).collect();
+        ChatMessage { images, ..ChatMessage::text(Role::User, self.ask.clone()) }
+    }
+}
+
+impl ImageInput {
+    fn to_part(&self) -> ImagePart {
+        match self {
+            Self::Url(url) => ImagePart { url: url.clone(), detail: None, format: None },
+            Self::Part(part) => part.clone(),
+        }
+    }
+}
+
+impl HistoryMessage {
+    fn to_message(&self) -> ChatMessage {
+        let (content, images) = match &self.content {
+            None => (None, Vec::new()),
+            Some(Content::Text(text)) => (Some(text.clone()), Vec::new()),
+            Some(Content::Parts(parts)) => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::Text { text } => Some(text.as_str()),
+                        ContentPart::ImageUrl { .. } => None,
+                    })
+                    .collect();
+                let images = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::ImageUrl { image_url } => Some(image_url.to_part()),
+                        ContentPart::Text { .. } => None,
+                    })
+                    .collect();
+                ((!texts.is_empty()).then(|| texts.join("\n")), images)
+            }
+        };
+        let tool_calls = self
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|c| ToolCall {
+                id: c.id.clone(),
+                name: c.function.name.clone(),
+                arguments: match &c.function.arguments {
+                    None | Some(Value::Null) => "{}".to_string(),
+                    Some(Value::String(text)) => text.clone(),
+                    Some(other) => other.to_string(),
+                },
+            })
+            .collect();
+        ChatMessage { role: self.role, content, images, tool_calls, tool_call_id: self.tool_call_id.clone() }
+    }
+}
+
+/// Parses the body: 400 for malformed JSON, 422 with the field's path for
+/// a value of the wrong shape (or a missing required field).
+pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let mut ignored = Vec::new();
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let mut note = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
+    let unknown = serde_ignored::Deserializer::new(&mut deserializer, &mut note);
+    let request: ChatRequest = serde_path_to_error::deserialize(unknown).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data => ApiError::new(ErrorCode::ValidationFailed, format!("{path}: {inner}")),
+            _ => ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {inner}")),
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {e}")))?;
+    if !ignored.is_empty() {
+        tracing::debug!(fields = ?ignored, "ignored unknown /api/chat fields");
+    }
+    Ok(request)
+}
+
+/// Parses a history we rendered ourselves (an `approval_required` event's),
+/// to index it as the client will send it back.
+pub fn parse_history(history: &Value) -> Option<Vec<ChatMessage>> {
+    let messages: Vec<HistoryMessage> = serde_json::from_value(history.clone()).ok()?;
+    Some(messages.iter().map(HistoryMessage::to_message).collect())
+}
+
+/// Every tool call of the history must be answered before the next
+/// message; only a resume may end with calls still open (the stored pause).
+pub fn check_calls_answered(history: &[ChatMessage]) -> Result<(), ApiError> {
+    let mut open: Vec<&str> = Vec::new();
+    let mut opened_at = 0;
+    for (i, message) in history.iter().enumerate() {
+        if message.role == Role::Tool {
+            let id = message.tool_call_id.as_deref().unwrap_or_default();
+            open.retain(|c| *c != id);
+            continue;
+        }
+        if !open.is_empty() {
+            break;
+        }
+        if !message.tool_calls.is_empty() {
+            open = message.tool_calls.iter().map(|c| c.id.as_str()).collect();
+            opened_at = i;
+        }
+    }
+    if open.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::ValidationFailed,
+        format!(
+            "conversation_history[{opened_at}]: tool calls {open:?} have no results; answer a paused conversation \
+             with tool_decisions or frontend_tool_results"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::holmes::render_history;
+
+    #[test]
+    fn a_rendered_history_parses_back_to_the_same_messages() {
+        let mut user = ChatMessage::text(Role::User, "what is this?");
+        user.images = vec![ImagePart { url: "https://x/y.png".into(), detail: Some("high".into()), format: None }];
+        let mut assistant = ChatMessage::text(Role::Assistant, "Checking.");
+        assistant.tool_calls =
+            vec![ToolCall { id: "c1".into(), name: "lookup".into(), arguments: r#"{"id":"1"}"#.into() }];
+        let messages = vec![
+            ChatMessage::text(Role::System, "sys"),
+            user,
+            assistant,
+            ChatMessage::tool_result("c1", "found"),
+            ChatMessage { content: None, ..ChatMessage::text(Role::Assistant, "") },
+        ];
+        let rendered = Value::Array(render_history(&messages));
+        assert_eq!(rendered[3]["name"], "lookup");
+        assert_eq!(parse_history(&rendered).unwrap(), messages);
+    }
+
+    #[test]
+    fn wrong_types_name_their_path_and_bad_json_is_told_apart() {
+        let body = json!({"ask": "hi", "conversation_history": [{"role": "system", "content": 5}]});
+        let error = parse(body.to_string().as_bytes()).unwrap_err();
+        assert_eq!(error.code, ErrorCode::ValidationFailed);
+        assert!(error.message.starts_with("conversation_history[0].content"), "{}", error.message);
+        let error = parse(br#"{"ask": "hi", "stream": "yes"}"#).unwrap_err();
+        assert!(error.message.starts_with("stream:"), "{}", error.message);
+        assert_eq!(parse(br#"{"ask": "#).unwrap_err().code, ErrorCode::InvalidJson);
+        assert_eq!(parse(br#"{"ask": "x"} trailing"#).unwrap_err().code, ErrorCode::InvalidJson);
+        assert!(parse(br#"{"ask": "x", "investigation_result": {}}"#).is_ok(), "unknown fields are ignored");
+    }
+
+    #[test]
+    fn open_tool_calls_are_refused_for_a_new_question() {
+        let mut assistant = ChatMessage::text(Role::Assistant, "");
+        assistant.tool_calls = vec![ToolCall { id: "c1".into(), name: "t".into(), arguments: "{}".into() }];
+        let mut history = vec![ChatMessage::text(Role::System, "s"), assistant];
+        assert!(check_calls_answered(&history).is_err());
+        history.push(ChatMessage::tool_result("c1", "ok"));
+        history.push(ChatMessage::text(Role::Assistant, "done"));
+        assert!(check_calls_answered(&history).is_ok());
+    }
+}

@@ -1,0 +1,280 @@
+//! Authentication: bearer JWT → [`Principal`], deny by default.
+//!
+//! [`require_auth`] wraps the whole router; only [`PUBLIC_PATHS`] pass without
+//! a token, so a new route is protected unless it is added to that list.
+//!
+//! A token names its tenant in the `tenant` claim; it is then verified with
+//! *that tenant's* keys only (a token of tenant B that claims to be tenant A
+//! fails A's signature check). The candidate keys are the tenant's keys with
+//! the header's `kid` (all of them when the token has none), and of those only
+//! the keys whose configured algorithm equals the header's `alg`: the
+//! algorithm belongs to the key, the header merely has to agree with it, so
+//! `alg: none` and algorithm confusion (an HMAC over a public key) fail.
+//!
+//! Keys come from the configuration (HMAC secrets, RSA/EC/Ed25519 public keys
+//! in PEM) and from a JWKS URL (`jwks.rs`), which is refreshed in the
+//! background and when a token names an unknown `kid`. Tokens and key
+//! material are never logged.
+
+mod jwks;
+mod keys;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    extract::{FromRequestParts, Request, State},
+    http::{header, request::Parts},
+    middleware::Next,
+    response::Response,
+};
+use jsonwebtoken::{EncodingKey, Header};
+use serde::{Deserialize, Serialize};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use self::{
+    jwks::JwksSource,
+    keys::{ClaimRules, VerifyKey},
+};
+use crate::{
+    config::{Config, TenantConfig},
+    error::ApiError,
+};
+
+/// Routes reachable without a token: probes and the metrics scrape.
+pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
+/// Who is calling, from a verified token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub tenant: Arc<str>,
+    pub subject: String,
+    pub scopes: Vec<String>,
+}
+
+impl Principal {
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+}
+
+/// The claims Switchboard reads and writes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub tenant: String,
+    pub exp: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
+    /// Space-separated scopes, as in OAuth 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// Just enough of an unverified token to pick the tenant's keys.
+#[derive(Deserialize)]
+struct TenantHint {
+    tenant: Option<String>,
+}
+
+/// One tenant's keys: the configured ones and, with a JWKS URL, the fetched ones.
+struct TenantKeys {
+    keys: Vec<VerifyKey>,
+    jwks: Option<Arc<JwksSource>>,
+}
+
+impl TenantKeys {
+    fn new(tenant: &TenantConfig, http: Option<&reqwest::Client>) -> Self {
+        let rules = ClaimRules::from_config(&tenant.jwt);
+        let keys = tenant.jwt.keys.iter().filter_map(|key| VerifyKey::from_config(key, &rules)).collect();
+        let jwks = tenant
+            .jwt
+            .jwks
+            .as_ref()
+            .zip(http)
+            .map(|(jwks, http)| Arc::new(JwksSource::new(&tenant.id, jwks, rules.clone(), http.clone())));
+        Self { keys, jwks }
+    }
+}
+
+/// Verifies tokens against the configured tenants' keys.
+pub struct Authenticator {
+    tenants: HashMap<String, TenantKeys>,
+    refreshing: AtomicBool,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    #[error("missing bearer token")]
+    Missing,
+    #[error("malformed token")]
+    Malformed,
+    #[error("token has expired")]
+    Expired,
+    #[error("token is not valid yet")]
+    NotYetValid,
+    #[error("token is not valid for this gateway")]
+    Invalid,
+}
+
+impl Authenticator {
+    pub fn from_config(config: &Config) -> Self {
+        let needs_http = config.tenants.values().any(|t| t.jwt.jwks.is_some());
+        let http = needs_http.then(jwks_client);
+        let tenants = config.tenants.values().map(|t| (t.id.clone(), TenantKeys::new(t, http.as_ref()))).collect();
+        Self { tenants, refreshing: AtomicBool::new(false) }
+    }
+
+    /// Starts one background task per tenant with a JWKS URL: it fetches the
+    /// keys at once and then every `jwks_refresh_secs`, until `shutdown` is
+    /// cancelled. The tasks run on `tasks`, so waiting on the tracker waits
+    /// for them. Calls after the first do nothing.
+    pub fn start_refresh(&self, tasks: &TaskTracker, shutdown: CancellationToken) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for source in self.tenants.values().filter_map(|t| t.jwks.as_ref()) {
+            tasks.spawn(source.refresher(shutdown.clone()));
+        }
+    }
+
+    /// Verifies `token` with the tenant's configured keys and its JWKS keys.
+    /// When the token names a `kid` the tenant does not know (a key rotated
+    /// in since the last fetch), the JWKS is fetched first, at most once per
+    /// 10 s per tenant.
+    pub async fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let (header, entry) = self.tenant_of(token)?;
+        let fetched = match &entry.jwks {
+            None => Arc::default(),
+            Some(source) => {
+                let seen = source.attempts();
+                let fetched = source.keys();
+                let unknown = match header.kid.as_deref() {
+                    Some(kid) => !entry.keys.iter().chain(fetched.iter()).any(|k| k.kid() == Some(kid)),
+                    None => fetched.is_empty(),
+                };
+                if unknown {
+                    source.refresh_on_demand(seen).await;
+                    source.keys()
+                } else {
+                    fetched
+                }
+            }
+        };
+        principal(token, &header, entry.keys.iter().chain(fetched.iter()))
+    }
+
+    /// The parsed header (this is where `alg: none` is refused) and the keys
+    /// of the tenant the token claims.
+    fn tenant_of(&self, token: &str) -> Result<(Header, &TenantKeys), AuthError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
+        let hint: TenantHint =
+            jsonwebtoken::dangerous::insecure_decode_claims(token).map_err(|_| AuthError::Malformed)?;
+        let tenant = hint.tenant.ok_or(AuthError::Invalid)?;
+        let entry = self.tenants.get(&tenant).ok_or(AuthError::Invalid)?;
+        Ok((header, entry))
+    }
+}
+
+fn principal<'a>(
+    token: &str,
+    header: &Header,
+    keys: impl IntoIterator<Item = &'a VerifyKey>,
+) -> Result<Principal, AuthError> {
+    let claims = keys::verify_with(token, header, keys)?;
+    Ok(Principal {
+        tenant: Arc::from(claims.tenant.as_str()),
+        subject: claims.sub,
+        scopes: claims.scope.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
+    })
+}
+
+fn jwks_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+/// Why [`mint_token`] could not sign.
+#[derive(Debug, thiserror::Error)]
+pub enum MintError {
+    #[error("tenant {0:?} has no HMAC key (HS256, HS384, HS512) to sign with; its tokens come from its issuer")]
+    NoSigningKey(String),
+    #[error(transparent)]
+    Sign(#[from] jsonwebtoken::errors::Error),
+}
+
+/// Mints a token the tenant's configuration accepts, signed with its first
+/// HMAC key (the `hs256_secret` shorthand when set) and carrying that key's
+/// `kid`. Tenants with public keys only cannot be minted for.
+pub fn mint_token(tenant: &TenantConfig, subject: &str, ttl: Duration, scopes: &[String]) -> Result<String, MintError> {
+    let (key, secret) = tenant.jwt.signing_key().ok_or_else(|| MintError::NoSigningKey(tenant.id.clone()))?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let claims = Claims {
+        sub: subject.to_string(),
+        tenant: tenant.id.clone(),
+        exp: now + ttl.as_secs(),
+        iat: Some(now),
+        scope: (!scopes.is_empty()).then(|| scopes.join(" ")),
+    };
+    #[derive(Serialize)]
+    struct WithStd<'a> {
+        #[serde(flatten)]
+        claims: &'a Claims,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        iss: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        aud: Option<&'a str>,
+    }
+    let body = WithStd { claims: &claims, iss: tenant.jwt.issuer.as_deref(), aud: tenant.jwt.audience.as_deref() };
+    let mut header = Header::new(key.algorithm);
+    header.kid = key.kid.clone();
+    Ok(jsonwebtoken::encode(&header, &body, &EncodingKey::from_secret(secret.expose().as_bytes()))?)
+}
+
+/// Middleware: verifies the bearer token of every non-public request and
+/// puts the [`Principal`] in the request's extensions.
+pub async fn require_auth(
+    State(auth): State<Arc<Authenticator>>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if PUBLIC_PATHS.contains(&request.uri().path()) {
+        return Ok(next.run(request).await);
+    }
+    let verified = match bearer(&request).map(str::to_owned) {
+        Some(token) => auth.verify(&token).await,
+        None => Err(AuthError::Missing),
+    };
+    let principal = verified.map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    request.extensions_mut().insert(principal);
+    Ok(next.run(request).await)
+}
+
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| ApiError::unauthorized(AuthError::Missing.to_string()))
+    }
+}

@@ -1,0 +1,201 @@
+//! Per-tenant limits across replicas: request rate, concurrent sessions,
+//! tokens per minute, and what happens when Redis cannot be asked.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use reqwest::StatusCode;
+use serde_json::json;
+use switchboard::sessions::TurnRunner;
+
+use crate::{
+    helpers::{AppOptions, TestApp, assert_error, spawn_app_with, spawn_replica, unique_prefix},
+    orchestrator::{of_kind, world},
+    sse::SseReader,
+    support::{mock_upstream::MockUpstream, runner::ScriptedRunner},
+};
+
+const RATE: u32 = 20;
+
+fn limited_tenants() -> String {
+    format!(
+        r#"
+[[tenants]]
+id = "limited"
+jwt = {{ hs256_secret = "limited-secret-0123456789" }}
+rate_limit = {{ requests_per_second = {RATE}, burst = 1 }}
+
+[[tenants]]
+id = "capped"
+jwt = {{ hs256_secret = "capped-secret-0123456789" }}
+rate_limit = {{ max_concurrent_sessions = 1 }}
+
+[[tenants]]
+id = "frugal"
+jwt = {{ hs256_secret = "frugal-secret-0123456789" }}
+rate_limit = {{ tokens_per_minute = 100 }}
+"#
+    )
+}
+
+async fn replicas(n: usize, runner: Option<Arc<ScriptedRunner>>, tweak: impl Fn(&mut AppOptions)) -> Vec<TestApp> {
+    let prefix = unique_prefix();
+    let upstream = Arc::new(MockUpstream::start().await);
+    let mut apps = Vec::new();
+    for name in ["a", "b", "c"].into_iter().take(n) {
+        let mut options = AppOptions {
+            key_prefix: prefix.clone(),
+            replica_id: name.to_string(),
+            extra_toml: limited_tenants(),
+            runner: runner.clone().map(|r| r as Arc<dyn TurnRunner>),
+            ..AppOptions::default()
+        };
+        tweak(&mut options);
+        apps.push(spawn_replica(options, upstream.clone()).await);
+    }
+    apps
+}
+
+#[tokio::test]
+async fn a_tenants_rate_holds_across_three_replicas_and_other_tenants_are_unaffected() {
+    let apps = replicas(3, None, |_| {}).await;
+    let limited = apps[0].token("limited", "x");
+    let other = apps[0].token("acme", "y");
+    let started = Instant::now();
+    let window = Duration::from_secs(2);
+    let (mut accepted, mut refused, mut others_ok) = (0u32, 0u32, 0u32);
+    let mut i = 0usize;
+    while started.elapsed() < window {
+        // A burst spread round-robin over the replicas, interleaved with
+        // another tenant's requests.
+        let app = &apps[i % 3];
+        let (limited_reply, other_reply) =
+            tokio::join!(app.get("/api/model", Some(&limited)), app.get("/api/model", Some(&other)));
+        match limited_reply.status() {
+            StatusCode::OK => accepted += 1,
+            StatusCode::TOO_MANY_REQUESTS => refused += 1,
+            status => panic!("unexpected {status}"),
+        }
+        if other_reply.status() == StatusCode::OK {
+            others_ok += 1;
+        }
+        i += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let expected = f64::from(RATE) * elapsed + 1.0; // the rate over the window plus the burst of 1
+    let tolerance = 0.1 * f64::from(RATE) * elapsed;
+    assert!(refused > accepted, "the client sent faster than the limit: {accepted} accepted, {refused} refused");
+    assert!(
+        (f64::from(accepted) - expected).abs() <= tolerance,
+        "accepted {accepted} in {elapsed:.2} s; expected {expected:.1} ± {tolerance:.1}"
+    );
+    assert_eq!(others_ok as usize, i, "the other tenant was never limited");
+}
+
+#[tokio::test]
+async fn a_refusal_is_429_with_retry_after_and_rate_limit_headers_and_is_counted() {
+    let apps = replicas(1, None, |_| {}).await;
+    let token = apps[0].token("limited", "x");
+    let ok = apps[0].get("/api/model", Some(&token)).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert!(ok.headers()["ratelimit-policy"].to_str().unwrap().contains(&format!("q={RATE}")));
+    let mut refused = None;
+    for _ in 0..50 {
+        let response = apps[0].get("/api/model", Some(&token)).await;
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some(response);
+            break;
+        }
+    }
+    let refused = refused.expect("a refusal within 50 back-to-back requests");
+    assert!(refused.headers().contains_key("retry-after"));
+    assert!(refused.headers()["ratelimit"].to_str().unwrap().contains("r=0"));
+    assert!(refused.headers().contains_key("ratelimit-policy"));
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    let metrics = apps[0].get("/metrics", None).await.text().await.unwrap();
+    assert!(metrics.contains(r#"switchboard_rate_limit_decisions_total{tenant="limited",outcome="allowed"}"#));
+    assert!(metrics.contains(r#"tenant="limited",outcome="limited_"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn the_concurrent_session_cap_holds_across_replicas_and_frees_after_a_replica_dies() {
+    let runner = ScriptedRunner::new();
+    let mut apps = replicas(2, Some(runner.clone()), |o| o.lease_ttl_secs = 1).await;
+    let token = apps[0].token("capped", "x");
+    let first = apps[0].create_session(&token, "demo").await;
+    let mut running = SseReader::new(apps[0].send_message(&token, &first, "gated 3").await);
+    running.until_seq(1).await;
+
+    let second = apps[1].create_session(&token, "demo").await;
+    let refused = apps[1].send_message(&token, &second, "hello").await;
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+
+    // A dies holding the slot; B takes the session over and ends it, which
+    // frees the slot.
+    let a = apps.remove(0);
+    a.kill();
+    tokio::time::timeout(Duration::from_secs(10), runner.wait_for_takeover()).await.expect("a takeover");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = apps[0].send_message(&token, &second, "hello").await;
+        if response.status() == StatusCode::OK {
+            let frames = SseReader::new(response).rest().await;
+            assert_eq!(frames.last().unwrap().data["reason"], "final");
+            break;
+        }
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(Instant::now() < deadline, "the slot was never freed");
+        // Wait for the taken-over turn to end rather than poll blindly.
+        let events = apps[0].events(&token, &first, Some(0)).await;
+        SseReader::new(events).rest().await;
+    }
+}
+
+#[tokio::test]
+async fn a_paused_session_does_not_count_against_the_cap() {
+    let runner = ScriptedRunner::new();
+    let apps = replicas(1, Some(runner), |_| {}).await;
+    let token = apps[0].token("capped", "x");
+    let first = apps[0].create_session(&token, "demo").await;
+    let paused = SseReader::new(apps[0].send_message(&token, &first, "pause").await).rest().await;
+    assert_eq!(paused.last().unwrap().event, "paused");
+    let second = apps[0].create_session(&token, "demo").await;
+    let frames = SseReader::new(apps[0].send_message(&token, &second, "hi").await).rest().await;
+    assert_eq!(frames.last().unwrap().data["reason"], "final");
+}
+
+#[tokio::test]
+async fn limits_fail_closed_when_redis_is_unreachable_unless_configured_open() {
+    let unreachable = |extra: &str| AppOptions {
+        redis_url: Some("redis://127.0.0.1:1".into()),
+        extra_toml: format!("{}\n{extra}", limited_tenants()),
+        ..AppOptions::default()
+    };
+    let closed = spawn_app_with(unreachable("")).await;
+    let token = closed.token("limited", "x");
+    assert_error(closed.get("/api/model", Some(&token)).await, StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+        .await;
+    // A tenant without limits is not affected.
+    assert_eq!(closed.get("/api/model", Some(&closed.token("acme", "y"))).await.status(), StatusCode::OK);
+
+    let open = spawn_app_with(unreachable("[limits]\non_store_error = \"fail_open\"")).await;
+    assert_eq!(open.get("/api/model", Some(&open.token("limited", "x"))).await.status(), StatusCode::OK);
+    let metrics = open.get("/metrics", None).await.text().await.unwrap();
+    assert!(metrics.contains(r#"outcome="store_error_allowed""#), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_spent_token_budget_fails_the_turn_with_a_rate_limit_error_before_calling_the_model() {
+    let w = world(1, |o| o.extra_toml.push_str(&limited_tenants())).await;
+    let token = w.apps[0].token("frugal", "x");
+    let response = w.apps[0].post_json("/v1/sessions", Some(&token), &json!({"model": "mock"})).await;
+    let id = response.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    // The reserved output alone (4096 tokens) is over a budget of 100.
+    let frames = SseReader::new(w.apps[0].send_message(&token, &id, "hi").await).rest().await;
+    assert_eq!(of_kind(&frames, "error")[0].data["code"], "rate_limited");
+    assert_eq!(frames.last().unwrap().data["reason"], "failed");
+    assert_eq!(w.upstream.calls(), 0);
+}
