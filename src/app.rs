@@ -119,6 +119,13 @@ impl Application {
             "switchboard listening"
         );
         let stop = token.clone();
+        // SSE frames are small writes: without TCP_NODELAY, Nagle plus delayed
+        // ACKs added ~40 ms to short rejoins (load-tests/RESULTS.md).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
             signal.await;
             tracing::info!("shutting down: no new connections, live streams are ending");
