@@ -4,7 +4,7 @@
 # `switchboard token` lists the `demo` model, and SIGTERM stops it with exit 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=target/release/switchboard
+bin="${CARGO_TARGET_DIR:-target}/release/switchboard"
 cargo build --release --locked
 env -u SWITCHBOARD_CONFIG -u SWITCHBOARD_LISTEN -u SWITCHBOARD_REDIS_URL "$bin" &
 pid=$!
