@@ -44,6 +44,9 @@ pub struct AppState {
     pub store: Store,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
+    /// `ENABLED_PROMPTS`, parsed once at start-up (the orchestrator and the
+    /// Holmes handler build the same system prompt from it).
+    pub enabled_prompts: Arc<Option<Vec<String>>>,
     /// Cancelled when shutdown begins; long-lived streams end on it so clients
     /// reconnect to another replica.
     pub shutdown: CancellationToken,
@@ -85,15 +88,13 @@ impl Application {
         let tasks = TaskTracker::new();
         authenticator.start_refresh(&tasks, shutdown.clone());
         let sessions = Sessions::start(store.clone(), notices_rx, config.clone(), tasks.clone(), shutdown.clone());
-        let runner = runner.unwrap_or_else(|| {
-            let enabled = prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref());
-            Orchestrator::new(config.clone(), enabled)
-        });
+        let enabled_prompts = Arc::new(prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref()));
+        let runner = runner.unwrap_or_else(|| Orchestrator::new(config.clone(), (*enabled_prompts).clone()));
         sessions.set_runner(runner);
         let metrics = Arc::new(Metrics::new());
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
-        let state = AppState { config, store, sessions, metrics, shutdown, tasks };
+        let state = AppState { config, store, sessions, metrics, enabled_prompts, shutdown, tasks };
         let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
     }

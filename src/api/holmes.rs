@@ -108,7 +108,7 @@ async fn ask(
                     .ok_or_else(|| ApiError::bad_request("this tenant has no model to use"))?,
             };
             let options = options(&request);
-            let seed = seed(history, &options);
+            let seed = seed(history, &options, state.enabled_prompts.as_deref());
             let (id, cursor) =
                 state.sessions.start_conversation(&principal, &model, "holmes", options, seed, message).await?;
             (id, model, cursor)
@@ -134,7 +134,11 @@ fn options(request: &ChatRequest) -> SessionOptions {
 /// The conversation a new session starts with, system message first: the
 /// client's (with `additional_system_prompt` appended), or ours, rendered
 /// now and stored, so every history we hand out shows what the model saw.
-fn seed(history: Option<Vec<ChatMessage>>, options: &SessionOptions) -> Vec<ChatMessage> {
+fn seed(
+    history: Option<Vec<ChatMessage>>,
+    options: &SessionOptions,
+    enabled_prompts: Option<&[String]>,
+) -> Vec<ChatMessage> {
     let extra = options.additional_system_prompt.as_deref().map(str::trim).filter(|s| !s.is_empty());
     match history {
         Some(mut history) => {
@@ -149,9 +153,7 @@ fn seed(history: Option<Vec<ChatMessage>>, options: &SessionOptions) -> Vec<Chat
             history
         }
         None => {
-            // As the orchestrator reads it at start-up.
-            let enabled = prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref());
-            let text = prompt::system_prompt(&options.behavior_controls, enabled.as_deref(), extra);
+            let text = prompt::system_prompt(&options.behavior_controls, enabled_prompts, extra);
             vec![ChatMessage::text(Role::System, text)]
         }
     }

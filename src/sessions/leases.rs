@@ -36,14 +36,7 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<SessionKey>) {
     let keeper = sessions.clone();
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        let mut tick = tokio::time::interval(ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => keeper.renew_all().await,
-                () = stop.cancelled() => break,
-            }
-        }
+        every(ttl / 3, &stop, || keeper.renew_all()).await;
         if !keeper.inner.halted.load(std::sync::atomic::Ordering::SeqCst) {
             keeper.hand_off_all().await;
         }
@@ -51,16 +44,7 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<SessionKey>) {
 
     let sweeper = sessions.clone();
     let stop = shutdown.clone();
-    tasks.spawn(async move {
-        let mut tick = tokio::time::interval(ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => sweeper.sweep().await,
-                () = stop.cancelled() => break,
-            }
-        }
-    });
+    tasks.spawn(async move { every(ttl / 3, &stop, || sweeper.sweep()).await });
 
     let waker = sessions;
     tasks.spawn(async move {
@@ -73,6 +57,23 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<SessionKey>) {
             waker.wake_local(&key).await;
         }
     });
+}
+
+/// Runs `work` every `period` until `stop` is cancelled. A slow pass delays
+/// the next one rather than letting passes pile up.
+async fn every<F, Fut>(period: Duration, stop: &tokio_util::sync::CancellationToken, mut work: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => work().await,
+            () = stop.cancelled() => break,
+        }
+    }
 }
 
 /// Takes `key` over if it should be running but nobody holds its lease.
