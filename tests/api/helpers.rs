@@ -263,3 +263,18 @@ pub async fn assert_error(response: Response, status: StatusCode, code: &str) ->
     assert_eq!(body["error"]["request_id"], request_id.to_str().unwrap(), "{body}");
     body
 }
+
+/// `n` replicas (`a`, `b`, `c`) sharing one Redis prefix and one mock
+/// upstream; `tweak` adjusts each replica's options.
+pub async fn spawn_replicas(n: usize, tweak: impl Fn(&mut AppOptions)) -> Vec<TestApp> {
+    let prefix = unique_prefix();
+    let upstream = Arc::new(MockUpstream::start().await);
+    let mut apps = Vec::new();
+    for name in ["a", "b", "c"].into_iter().take(n) {
+        let mut options =
+            AppOptions { key_prefix: prefix.clone(), replica_id: name.to_string(), ..AppOptions::default() };
+        tweak(&mut options);
+        apps.push(spawn_replica(options, upstream.clone()).await);
+    }
+    apps
+}

@@ -11,10 +11,10 @@ use serde_json::json;
 use switchboard::sessions::TurnRunner;
 
 use crate::{
-    helpers::{AppOptions, TestApp, assert_error, spawn_app_with, spawn_replica, unique_prefix},
+    helpers::{AppOptions, TestApp, assert_error, spawn_app_with, spawn_replicas},
     orchestrator::{of_kind, world},
     sse::SseReader,
-    support::{mock_upstream::MockUpstream, runner::ScriptedRunner},
+    support::runner::ScriptedRunner,
 };
 
 const RATE: u32 = 20;
@@ -41,21 +41,12 @@ rate_limit = {{ tokens_per_minute = 100 }}
 }
 
 async fn replicas(n: usize, runner: Option<Arc<ScriptedRunner>>, tweak: impl Fn(&mut AppOptions)) -> Vec<TestApp> {
-    let prefix = unique_prefix();
-    let upstream = Arc::new(MockUpstream::start().await);
-    let mut apps = Vec::new();
-    for name in ["a", "b", "c"].into_iter().take(n) {
-        let mut options = AppOptions {
-            key_prefix: prefix.clone(),
-            replica_id: name.to_string(),
-            extra_toml: limited_tenants(),
-            runner: runner.clone().map(|r| r as Arc<dyn TurnRunner>),
-            ..AppOptions::default()
-        };
-        tweak(&mut options);
-        apps.push(spawn_replica(options, upstream.clone()).await);
-    }
-    apps
+    spawn_replicas(n, |options| {
+        options.extra_toml = limited_tenants();
+        options.runner = runner.clone().map(|r| r as Arc<dyn TurnRunner>);
+        tweak(options);
+    })
+    .await
 }
 
 #[tokio::test]

@@ -12,27 +12,18 @@ use serde_json::{Value, json};
 use switchboard::sessions::TurnRunner;
 
 use crate::{
-    helpers::{AppOptions, TestApp, assert_error, spawn_replica, unique_prefix},
+    helpers::{AppOptions, TestApp, assert_error, spawn_replicas},
     sse::{SseReader, seqs},
-    support::{mock_upstream::MockUpstream, runner::ScriptedRunner},
+    support::runner::ScriptedRunner,
 };
 
 /// `n` replicas sharing one Redis prefix, one mock upstream and one runner.
 async fn replicas(n: usize, runner: &Arc<ScriptedRunner>, tweak: impl Fn(&mut AppOptions)) -> Vec<TestApp> {
-    let prefix = unique_prefix();
-    let upstream = Arc::new(MockUpstream::start().await);
-    let mut apps = Vec::new();
-    for name in ["a", "b", "c"].into_iter().take(n) {
-        let mut options = AppOptions {
-            key_prefix: prefix.clone(),
-            replica_id: name.to_string(),
-            runner: Some(runner.clone() as Arc<dyn TurnRunner>),
-            ..AppOptions::default()
-        };
-        tweak(&mut options);
-        apps.push(spawn_replica(options, upstream.clone()).await);
-    }
-    apps
+    spawn_replicas(n, |options| {
+        options.runner = Some(runner.clone() as Arc<dyn TurnRunner>);
+        tweak(options);
+    })
+    .await
 }
 
 #[tokio::test]
