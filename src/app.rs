@@ -120,29 +120,21 @@ impl Application {
             "switchboard listening"
         );
         let stop = token.clone();
-        // SSE frames are small writes: without TCP_NODELAY, Nagle plus delayed
-        // ACKs added ~40 ms to short rejoins (load-tests/RESULTS.md).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let serve = crate::server::serve(listener, router, state.config.server.input, async move {
             signal.await;
             tracing::info!("shutting down: no new connections, live streams are ending");
             stop.cancel();
         });
-        let result = tokio::select! {
-            result = serve => result,
+        tokio::select! {
+            () = serve => {}
             () = async { token.cancelled().await; tokio::time::sleep(grace).await } => {
                 tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace expired; closing remaining connections");
-                Ok(())
             }
-        };
+        }
         state.tasks.close();
         state.tasks.wait().await;
         tracing::info!("stopped");
-        result
+        Ok(())
     }
 }
 
@@ -150,6 +142,7 @@ impl Application {
 /// after them (they see the request first and the response last).
 fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLimits>) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
+    let input = state.config.server.input;
     let stack = ServiceBuilder::new()
         // Outermost, so every later layer and every log line has the id; an id
         // set by the load balancer is kept.
@@ -164,12 +157,18 @@ fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLi
         .layer(middleware::from_fn(error::render_errors))
         // A panic in a handler becomes a 500 that the rescue renders.
         .layer(CatchPanicLayer::new())
-        // Bodies over the limit are refused with 413 before JSON parsing.
-        .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
+        // Too many or too large headers: 431, before anything reads them.
+        .layer(middleware::from_fn_with_state(input, limits::input::headers))
         // Deny by default: everything but auth::PUBLIC_PATHS needs a token.
         .layer(middleware::from_fn_with_state(authenticator, auth::require_auth))
         // After auth: limits are per tenant and subject of the verified token.
-        .layer(middleware::from_fn_with_state(limits, limits::enforce));
+        .layer(middleware::from_fn_with_state(limits, limits::enforce))
+        // Only then is the body read: within its deadline (408) and size
+        // (413), and refused if its JSON is too deep or its strings too long.
+        .layer(middleware::from_fn_with_state(input, limits::input::body))
+        // Extractors see the already-bounded body; their own limit must not
+        // be lower than ours.
+        .layer(DefaultBodyLimit::max(input.max_body_bytes));
 
     api::routes().fallback(api::not_found).layer(stack).with_state(state)
 }

@@ -4,9 +4,10 @@
 //! - [`cli`]       — the command line: `serve`, `token`, `check-config`.
 //! - [`config`]    — raw TOML → validated [`config::Config`]; env overrides; secrets.
 //! - [`app`]       — builds state, router and the one middleware stack; serve + shutdown.
+//! - [`server`]    — the accept loop: hyper with header read timeout, TCP_NODELAY, graceful close.
 //! - [`auth`]      — bearer JWT → [`auth::Principal`]; deny by default.
 //! - [`error`]     — the API error type and the one place errors become responses.
-//! - [`limits`]    — per-tenant request limits (local governor + global Redis).
+//! - [`limits`]    — per-tenant request limits (local governor + global Redis); input bounds.
 //! - [`api`]       — HTTP handlers, one file per dialect; thin.
 //! - [`sessions`]  — the sessions service: state machine, event hub, leases, takeover.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
@@ -26,6 +27,7 @@ pub mod limits;
 pub mod orchestrator;
 pub mod protocol;
 pub mod providers;
+pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod telemetry;

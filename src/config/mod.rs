@@ -53,11 +53,44 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub replica_id: String,
-    pub max_body_bytes: usize,
     /// How long live streams get to end after SIGTERM before the process exits.
     pub shutdown_grace: Duration,
     /// Interval of SSE keep-alive comments on idle streams.
     pub heartbeat: Duration,
+    pub input: InputLimits,
+}
+
+/// Bounds on what a client may send, enforced before anything is parsed
+/// into a request (`limits::input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLimits {
+    pub max_body_bytes: usize,
+    /// Deepest nesting of JSON arrays and objects.
+    pub max_json_depth: u32,
+    /// Longest JSON string (key or value), in bytes as sent.
+    pub max_json_string_bytes: usize,
+    pub max_header_count: usize,
+    /// Names and values of all headers together.
+    pub max_header_bytes: usize,
+    /// A connection must deliver a request's headers within this long (also
+    /// closes idle keep-alive connections).
+    pub header_read_timeout: Duration,
+    /// A request's body must arrive completely within this long.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            max_json_depth: 64,
+            max_json_string_bytes: 512 * 1024,
+            max_header_count: 64,
+            max_header_bytes: 32 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +120,9 @@ pub struct TenantConfig {
     pub rate_limit: Option<RateLimitConfig>,
     /// Aliases this tenant may use; `None` means all configured models.
     pub models: Option<Vec<String>>,
+    /// The tenant's own provider keys by model alias, used instead of the
+    /// model's key. Read at start-up; never stored in a session.
+    pub credentials: BTreeMap<String, Secret>,
 }
 
 impl TenantConfig {

@@ -37,6 +37,12 @@ pub struct RawServer {
     pub max_body_bytes: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
     pub heartbeat_secs: Option<u64>,
+    pub max_json_depth: Option<u32>,
+    pub max_json_string_bytes: Option<u64>,
+    pub max_header_count: Option<u32>,
+    pub max_header_bytes: Option<u64>,
+    pub header_read_timeout_secs: Option<u64>,
+    pub body_read_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -62,6 +68,17 @@ pub struct RawTenant {
     pub rate_limit: Option<RawRateLimit>,
     /// Model aliases this tenant may use; absent means every configured alias.
     pub models: Option<Vec<String>>,
+    /// The tenant's own provider keys, by model alias.
+    #[serde(default)]
+    pub credentials: BTreeMap<String, RawCredential>,
+}
+
+/// Where a provider key comes from: an environment variable or a file (a
+/// mounted secret). Exactly one is set.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCredential {
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -113,6 +130,7 @@ pub struct RawModel {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub api_key_env: Option<String>,
+    pub api_key_file: Option<String>,
     pub context_window: Option<u32>,
     pub max_output_tokens: Option<u32>,
     pub connect_timeout_secs: Option<u64>,

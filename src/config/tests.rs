@@ -144,3 +144,66 @@ fn secrets_never_show_in_debug_output() {
     let config = Config::embedded_defaults(&env_of(&[])).unwrap();
     assert!(!format!("{config:?}").contains(BUILTIN_DEV_SECRET));
 }
+
+#[test]
+fn tenant_credentials_come_from_the_environment_or_a_file_and_are_checked_against_the_models() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, b"  sk-from-file\n").unwrap();
+    let text = format!(
+        r#"
+[[tenants]]
+id = "a"
+jwt = {{ hs256_secret = "0123456789abcdef0123" }}
+credentials.fast = {{ api_key_env = "A_KEY" }}
+credentials.slow = {{ api_key_file = "{}" }}
+[[tenants]]
+id = "b"
+jwt = {{ hs256_secret = "0123456789abcdef0123" }}
+models = ["fast"]
+credentials.slow = {{ api_key_env = "B_KEY" }}
+credentials.local = {{ api_key_env = "B_KEY" }}
+credentials.nope = {{ api_key_env = "B_KEY" }}
+credentials.fast = {{ api_key_env = "B_KEY", api_key_file = "/x" }}
+[models.fast]
+provider = "openai"
+model = "m"
+[models.slow]
+provider = "anthropic"
+model = "m"
+[models.local]
+provider = "demo"
+"#,
+        file.path().display()
+    );
+    let env = env_of(&[("A_KEY", "sk-from-env"), ("B_KEY", "sk-b")]);
+    let errors = Config::from_toml(&text, &env).unwrap_err();
+    let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "tenants[1].credentials.fast",
+            "tenants[1].credentials.local",
+            "tenants[1].credentials.nope",
+            "tenants[1].credentials.slow",
+        ],
+        "{errors}"
+    );
+    assert!(errors.0[0].message.contains("not both"), "{errors}");
+
+    let valid: String = text.lines().filter(|l| !l.contains("B_KEY")).collect::<Vec<_>>().join("\n");
+    let config = Config::from_toml(&valid, &env).expect("valid");
+    let a = &config.tenants["a"].credentials;
+    assert_eq!(a["fast"].expose(), "sk-from-env");
+    assert_eq!(a["slow"].expose(), "sk-from-file", "surrounding whitespace is dropped");
+    assert!(!format!("{config:?}").contains("sk-from"), "keys never show in debug output");
+}
+
+#[test]
+fn input_limits_have_defaults_and_must_be_positive() {
+    let config = Config::embedded_defaults(&env_of(&[])).unwrap();
+    assert_eq!(config.server.input, InputLimits::default());
+    let text = "[server]\nmax_json_depth = 0\nbody_read_timeout_secs = 0\nmax_header_count = 10\n";
+    let errors = Config::from_toml(text, &env_of(&[])).unwrap_err();
+    let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.starts_with(&["server.max_json_depth", "server.body_read_timeout_secs"]), "{errors}");
+}

@@ -5,13 +5,12 @@
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use super::{
-    AgentConfig, Config, ConfigErrors, EnvLookup, JwtConfig, ModelConfig, Permission, ProviderKind, RateLimitConfig,
-    Secret, ServerConfig, StoreConfig, TenantConfig, ToolConfig, ToolTarget,
-    raw::{RawConfig, RawJwt, RawModel, RawTenant, RawTool},
+    AgentConfig, Config, ConfigErrors, EnvLookup, InputLimits, JwtConfig, ModelConfig, Permission, ProviderKind,
+    RateLimitConfig, Secret, ServerConfig, StoreConfig, TenantConfig, ToolConfig, ToolTarget,
+    raw::{RawConfig, RawJwt, RawModel, RawServer, RawTenant, RawTool},
 };
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 const DEFAULT_CONTEXT_WINDOW: u32 = 128_000;
 const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4_096;
 /// HS256 keys shorter than this are refused: they can be brute-forced offline.
@@ -38,15 +37,15 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         errors.push("server.listen", format!("{listen:?} is not an address like 127.0.0.1:8080"));
         SocketAddr::from(([127, 0, 0, 1], 8080))
     });
-    let replica_id = raw.server.replica_id.unwrap_or_else(default_replica_id);
+    let replica_id = raw.server.replica_id.clone().unwrap_or_else(default_replica_id);
     check_identifier(&mut errors, "server.replica_id", &replica_id);
+    let input = validate_input_limits(&mut errors, &raw.server);
     let server = ServerConfig {
         listen,
         replica_id,
-        max_body_bytes: positive(&mut errors, "server.max_body_bytes", raw.server.max_body_bytes)
-            .unwrap_or(DEFAULT_MAX_BODY_BYTES) as usize,
         shutdown_grace: secs(raw.server.shutdown_grace_secs, 10),
         heartbeat: secs(positive(&mut errors, "server.heartbeat_secs", raw.server.heartbeat_secs), 15),
+        input,
     };
 
     if let Some(url) = &raw.store.redis_url
@@ -127,6 +126,29 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
     })
 }
 
+/// `server.max_*` and the read timeouts; each must be positive.
+fn validate_input_limits(errors: &mut ConfigErrors, raw: &RawServer) -> InputLimits {
+    let d = InputLimits::default();
+    let mut size = |key: &str, value: Option<u64>, default: usize| {
+        positive(errors, &format!("server.{key}"), value).map_or(default, |v| usize::try_from(v).unwrap_or(usize::MAX))
+    };
+    let max_body_bytes = size("max_body_bytes", raw.max_body_bytes, d.max_body_bytes);
+    let max_json_string_bytes = size("max_json_string_bytes", raw.max_json_string_bytes, d.max_json_string_bytes);
+    let max_header_bytes = size("max_header_bytes", raw.max_header_bytes, d.max_header_bytes);
+    let max_header_count = size("max_header_count", raw.max_header_count.map(u64::from), d.max_header_count);
+    InputLimits {
+        max_body_bytes,
+        max_json_depth: positive(errors, "server.max_json_depth", raw.max_json_depth).unwrap_or(d.max_json_depth),
+        max_json_string_bytes,
+        max_header_count,
+        max_header_bytes,
+        header_read_timeout: positive(errors, "server.header_read_timeout_secs", raw.header_read_timeout_secs)
+            .map_or(d.header_read_timeout, Duration::from_secs),
+        body_read_timeout: positive(errors, "server.body_read_timeout_secs", raw.body_read_timeout_secs)
+            .map_or(d.body_read_timeout, Duration::from_secs),
+    }
+}
+
 fn validate_model(
     errors: &mut ConfigErrors,
     path: &str,
@@ -169,7 +191,10 @@ fn validate_model(
             String::new()
         }
     };
-    let api_key = raw.api_key_env.and_then(|var| env_secret(errors, &format!("{path}.api_key_env"), &var, env));
+    let api_key = api_key(errors, path, raw.api_key_env, raw.api_key_file, env);
+    if api_key.is_some() && provider == ProviderKind::Demo {
+        errors.push(path, "the demo provider takes no API key");
+    }
     let context_window = raw.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
     let max_output_tokens = raw.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
     if max_output_tokens >= context_window {
@@ -230,7 +255,61 @@ fn validate_tenant(
             }
         }
     }
-    Some(TenantConfig { id, jwt: jwt?, rate_limit, models: raw.models })
+    let mut credentials = BTreeMap::new();
+    for (alias, credential) in raw.credentials {
+        let at = format!("{path}.credentials.{alias}");
+        match models.get(&alias) {
+            None => errors.push(&at, format!("no model alias {alias:?} is configured")),
+            Some(_) if raw.models.as_ref().is_some_and(|list| !list.contains(&alias)) => {
+                errors.push(&at, format!("{alias:?} is not in this tenant's models"));
+            }
+            Some(model) if model.provider == ProviderKind::Demo => {
+                errors.push(&at, "the demo provider takes no API key");
+            }
+            Some(_) if credential.api_key_env.is_none() && credential.api_key_file.is_none() => {
+                errors.push(&at, "set api_key_env or api_key_file");
+            }
+            Some(_) => {
+                if let Some(key) = api_key(errors, &at, credential.api_key_env, credential.api_key_file, env) {
+                    credentials.insert(alias, key);
+                }
+            }
+        }
+    }
+    Some(TenantConfig { id, jwt: jwt?, rate_limit, models: raw.models, credentials })
+}
+
+/// A provider key named by `api_key_env` or read from `api_key_file` (a
+/// mounted secret: surrounding whitespace is dropped, an empty file refused).
+fn api_key(
+    errors: &mut ConfigErrors,
+    path: &str,
+    var: Option<String>,
+    file: Option<String>,
+    env: EnvLookup<'_>,
+) -> Option<Secret> {
+    match (var, file) {
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            errors.push(path, "set api_key_env or api_key_file, not both");
+            None
+        }
+        (Some(var), None) => env_secret(errors, &format!("{path}.api_key_env"), &var, env),
+        (None, Some(file)) => {
+            let at = format!("{path}.api_key_file");
+            match std::fs::read_to_string(&file) {
+                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
+                Ok(_) => {
+                    errors.push(at, format!("{file} is empty"));
+                    None
+                }
+                Err(e) => {
+                    errors.push(at, format!("cannot read {file}: {e}"));
+                    None
+                }
+            }
+        }
+    }
 }
 
 fn validate_jwt(errors: &mut ConfigErrors, path: &str, raw: RawJwt, env: EnvLookup<'_>) -> Option<JwtConfig> {

@@ -13,7 +13,10 @@
 //! open (let it through); both are logged and counted.
 //!
 //! Concurrent sessions and tokens per minute are checked where sessions start
-//! and model calls are made (`sessions`, `orchestrator`).
+//! and model calls are made (`sessions`, `orchestrator`). Bounds on the input
+//! itself (headers, body size, JSON shape, read deadlines) are in [`input`].
+
+pub mod input;
 
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
 

@@ -43,7 +43,7 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
     let Some(task) = arguments.get("task").and_then(Value::as_str) else {
         return ToolOutcome::error("the agent tool needs a \"task\" string");
     };
-    let Some(provider) = context.providers.get(&context.model_alias) else {
+    let Some(provider) = context.providers.get(&context.tenant, &context.model_alias) else {
         return ToolOutcome::error("the session's model is not configured");
     };
     let Some(model) = context.config.models.get(&context.model_alias) else {

@@ -66,8 +66,9 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
 }
 
 async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<End, SessionError> {
-    let alias = handle.doc().model.clone();
-    let (Some(model), Some(provider)) = (orchestrator.config.models.get(&alias), orchestrator.providers.get(&alias))
+    let (alias, tenant) = (handle.doc().model.clone(), handle.doc().tenant.clone());
+    let (Some(model), Some(provider)) =
+        (orchestrator.config.models.get(&alias), orchestrator.providers.get(&tenant, &alias))
     else {
         return Ok(End::Failed { code: "unknown_model", message: format!("the model {alias:?} is not configured") });
     };

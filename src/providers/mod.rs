@@ -12,10 +12,12 @@ mod retry;
 mod sse;
 mod types;
 
-use std::pin::Pin;
+use std::{collections::HashMap, pin::Pin, sync::Arc};
 
 use async_trait::async_trait;
 use futures::Stream;
+
+use crate::config::{Config, ModelConfig, ProviderKind};
 
 pub use self::{anthropic::AnthropicProvider, demo::DemoProvider, openai::OpenAiProvider, types::*};
 
@@ -46,29 +48,42 @@ pub enum ProviderError {
     Protocol(String),
 }
 
-/// The providers of every configured model alias, built once at start-up.
+/// The providers of every configured model alias, built once at start-up:
+/// one per alias with the model's own key, and one per tenant credential
+/// (`tenants.credentials.<alias>`) with the tenant's key.
 pub struct Providers {
-    by_alias: std::collections::HashMap<String, std::sync::Arc<dyn ModelProvider>>,
+    by_alias: HashMap<String, Arc<dyn ModelProvider>>,
+    /// (tenant, alias) → a provider holding the tenant's own key.
+    by_tenant: HashMap<(String, String), Arc<dyn ModelProvider>>,
 }
 
 impl Providers {
-    pub fn from_config(config: &crate::config::Config) -> Self {
-        let by_alias = config
-            .models
-            .iter()
-            .map(|(alias, model)| {
-                let provider: std::sync::Arc<dyn ModelProvider> = match model.provider {
-                    crate::config::ProviderKind::Demo => std::sync::Arc::new(DemoProvider::default()),
-                    crate::config::ProviderKind::OpenAiCompatible => std::sync::Arc::new(OpenAiProvider::new(model)),
-                    crate::config::ProviderKind::Anthropic => std::sync::Arc::new(AnthropicProvider::new(model)),
-                };
-                (alias.clone(), provider)
+    pub fn from_config(config: &Config) -> Self {
+        let by_alias = config.models.iter().map(|(alias, model)| (alias.clone(), build(model))).collect();
+        let by_tenant = config
+            .tenants
+            .values()
+            .flat_map(|tenant| {
+                tenant.credentials.iter().filter_map(|(alias, key)| {
+                    let model = ModelConfig { api_key: Some(key.clone()), ..config.models.get(alias)?.clone() };
+                    Some(((tenant.id.clone(), alias.clone()), build(&model)))
+                })
             })
             .collect();
-        Self { by_alias }
+        Self { by_alias, by_tenant }
     }
 
-    pub fn get(&self, alias: &str) -> Option<std::sync::Arc<dyn ModelProvider>> {
-        self.by_alias.get(alias).cloned()
+    /// The provider `tenant` calls `alias` through: its own key if it brought
+    /// one, else the model's.
+    pub fn get(&self, tenant: &str, alias: &str) -> Option<Arc<dyn ModelProvider>> {
+        self.by_tenant.get(&(tenant.to_string(), alias.to_string())).or_else(|| self.by_alias.get(alias)).cloned()
+    }
+}
+
+fn build(model: &ModelConfig) -> Arc<dyn ModelProvider> {
+    match model.provider {
+        ProviderKind::Demo => Arc::new(DemoProvider::default()),
+        ProviderKind::OpenAiCompatible => Arc::new(OpenAiProvider::new(model)),
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(model)),
     }
 }

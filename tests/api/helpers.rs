@@ -34,6 +34,8 @@ pub struct AppOptions {
     pub replica_id: String,
     /// Extra TOML appended to the test configuration.
     pub extra_toml: String,
+    /// Extra keys of the `[server]` table.
+    pub server_toml: String,
     /// Runs turns instead of the orchestrator.
     pub runner: Option<Arc<dyn TurnRunner>>,
     pub lease_ttl_secs: u64,
@@ -50,6 +52,7 @@ impl Default for AppOptions {
             key_prefix: unique_prefix(),
             replica_id: "a".to_string(),
             extra_toml: String::new(),
+            server_toml: String::new(),
             runner: None,
             lease_ttl_secs: 10,
             event_log_max_len: 10_000,
@@ -98,6 +101,7 @@ pub async fn spawn_replica(options: AppOptions, upstream: Arc<MockUpstream>) -> 
 listen = "127.0.0.1:0"
 replica_id = "{replica}"
 shutdown_grace_secs = 2
+{server_extra}
 
 [store]
 {store}key_prefix = "{prefix}"
@@ -136,6 +140,7 @@ max_depth = {max_depth}
 {extra}
 "#,
         replica = options.replica_id,
+        server_extra = options.server_toml,
         prefix = options.key_prefix,
         upstream = upstream.base_url(),
         extra = options.extra_toml,
@@ -277,4 +282,19 @@ pub async fn spawn_replicas(n: usize, tweak: impl Fn(&mut AppOptions)) -> Vec<Te
         apps.push(spawn_replica(options, upstream.clone()).await);
     }
     apps
+}
+
+/// Every store key of `app`'s prefix with its serialized value (`DUMP`), to
+/// show that a refused request changed nothing.
+pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let pattern = format!("{}*", app.config.store.key_prefix);
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut conn).await.unwrap();
+    let mut snapshot = std::collections::BTreeMap::new();
+    for key in keys {
+        let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query_async(&mut conn).await.unwrap();
+        snapshot.insert(key, value.unwrap_or_default());
+    }
+    snapshot
 }

@@ -111,7 +111,7 @@ retry_base_ms = 10
         api.provider_name()
     );
     let config = Config::from_toml(&toml, env).expect("test config is valid");
-    let provider = Providers::from_config(&config).get("m").expect("alias m is configured");
+    let provider = Providers::from_config(&config).get("acme", "m").expect("alias m is configured");
     assert_eq!(provider.name(), api.provider_name());
     provider
 }
