@@ -105,7 +105,7 @@ PY
     switchboard="${CARGO_TARGET_DIR:-$repo/target}/debug/switchboard"
     check_config() {
         ACME_JWT_SECRET=an-example-secret-of-enough-length \
-            OPENAI_API_KEY=sk-example ANTHROPIC_API_KEY=sk-ant-example \
+            OPENAI_API_KEY=sk-example ANTHROPIC_API_KEY=sk-ant-example ACME_OPENAI_API_KEY=sk-acme-example \
             "$switchboard" check-config --config "$1"
     }
     step "cargo build (for check-config)" cargo build --quiet --locked --bin switchboard

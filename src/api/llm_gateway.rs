@@ -2,7 +2,8 @@
 //! PROTOCOLS.md §2. Errors on these routes use its `{"error": "…"}` body
 //! (`error.rs` picks the shape by path), and every malformed body is a 400,
 //! as llm-gateway answers: bodies are parsed here, not by axum's `Json`
-//! (whose type errors would be 422s).
+//! (whose type errors would be 422s). The message names the field, as the
+//! 422s of the other dialects do.
 //!
 //! Each `POST /chat` is a fresh session (dialect `llm-gateway`) seeded with
 //! the earlier messages; its turn starts with the last (user) message and
@@ -164,7 +165,7 @@ struct WireFunction {
 
 impl ChatRequest {
     fn parse(body: &[u8]) -> Result<Self, String> {
-        let raw: RawChat = serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
+        let raw: RawChat = from_json(body)?;
         let model = raw.model.filter(|m| !m.is_empty()).ok_or("`model` is required")?;
         match raw.mode.as_deref() {
             None | Some("agent") => {}
@@ -281,6 +282,21 @@ fn check_conversation(messages: &[ChatMessage]) -> Result<(), String> {
     Ok(())
 }
 
+/// Parses a body, naming the field of a type error (`response.approved:
+/// invalid type…`); malformed JSON is reported as such.
+fn from_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() || path == "." {
+            format!("invalid request body: {inner}")
+        } else {
+            format!("`{path}`: {inner}")
+        }
+    })
+}
+
 /// A validated `POST /chat/relay/{relayId}` body.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -300,7 +316,7 @@ struct RelayResponse {
 
 impl RelayBody {
     fn parse(body: &[u8]) -> Result<Self, String> {
-        let parsed: Self = serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
+        let parsed: Self = from_json(body)?;
         if parsed.session_id.is_empty() {
             return Err("`sessionId` must not be empty".into());
         }
@@ -343,6 +359,7 @@ mod tests {
             (json!({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}), "from the user"),
             (json!({"model": "m", "mode": "rlm", "messages": [{"role": "user", "content": "x"}]}), "not supported"),
             (json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]}), "messages[0]"),
+            (json!({"model": "m", "maxIterations": "3", "messages": []}), "`maxIterations`: invalid type"),
             (
                 json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "c9", "content": "x"},
                     {"role": "user", "content": "x"}]}),
@@ -358,5 +375,8 @@ mod tests {
             let error = parse(body.clone()).unwrap_err();
             assert!(error.contains(expected), "{body}: {error}");
         }
+        let error = RelayBody::parse(br#"{"sessionId": "s", "response": {"approved": "yes"}}"#).unwrap_err();
+        assert!(error.starts_with("`response.approved`: invalid type"), "{error}");
+        assert!(RelayBody::parse(b"{").unwrap_err().starts_with("invalid request body"));
     }
 }

@@ -87,7 +87,7 @@ impl Default for InputLimits {
             max_json_string_bytes: 512 * 1024,
             max_header_count: 64,
             max_header_bytes: 32 * 1024,
-            header_read_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(30),
         }
     }
