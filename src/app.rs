@@ -32,7 +32,7 @@ use crate::{
     orchestrator::{Orchestrator, prompt},
     sessions::{Sessions, TurnRunner},
     store::{NOTICE_CHANNEL, Store, StoreError},
-    telemetry::metrics::Metrics,
+    telemetry::{attributes as attr, metrics::Metrics, trace},
 };
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -81,17 +81,24 @@ impl Application {
         let addr = config.server.listen;
         let listener = TcpListener::bind(addr).await.map_err(|source| StartupError::Bind { addr, source })?;
         let (notices_tx, notices_rx) = tokio::sync::mpsc::channel(NOTICE_CHANNEL);
-        let store = Store::open(&config.store, notices_tx)?;
+        let metrics = Arc::new(Metrics::new());
+        let store = Store::open(&config.store, notices_tx, metrics.clone())?;
         let authenticator = Arc::new(Authenticator::from_config(&config));
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         authenticator.start_refresh(&tasks, shutdown.clone());
-        let sessions = Sessions::start(store.clone(), notices_rx, config.clone(), tasks.clone(), shutdown.clone());
+        let sessions = Sessions::start(
+            store.clone(),
+            notices_rx,
+            config.clone(),
+            metrics.clone(),
+            tasks.clone(),
+            shutdown.clone(),
+        );
         let enabled_prompts = Arc::new(prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref()));
         let runner = runner.unwrap_or_else(|| Orchestrator::new(config.clone(), (*enabled_prompts).clone()));
         sessions.set_runner(runner);
-        let metrics = Arc::new(Metrics::new());
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
         let state = AppState { config, store, sessions, metrics, enabled_prompts, shutdown, tasks };
@@ -143,12 +150,18 @@ impl Application {
 fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLimits>) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     let input = state.config.server.input;
+    let replica = state.config.server.replica_id.clone();
     let stack = ServiceBuilder::new()
         // Outermost, so every later layer and every log line has the id; an id
         // set by the load balancer is kept.
         .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
-        // One span per request, carrying the id; never headers (tokens).
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // One span per request, carrying the id and the caller's trace
+        // context; never headers (tokens).
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(move |request: &Request| request_span(&replica, request))
+                .on_response(record_status),
+        )
         // The id goes back on every response, errors included.
         .layer(PropagateRequestIdLayer::new(request_id))
         // Counts what the client finally got, after error rendering.
@@ -173,10 +186,41 @@ fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLi
     api::routes().fallback(api::not_found).layer(stack).with_state(state)
 }
 
-fn request_span(request: &Request) -> tracing::Span {
+/// The span of one request: an OpenTelemetry SERVER span named
+/// `METHOD /route`, continuing the caller's trace when it sent a
+/// `traceparent`. Tenant and session id are recorded on it once known (auth,
+/// the sessions service); never headers (tokens).
+fn request_span(replica: &str, request: &Request) -> tracing::Span {
     let id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
-    tracing::info_span!("request", request_id = %id, method = %request.method(), route)
+    let method = request.method().as_str();
+    let span = tracing::info_span!(
+        "request",
+        { attr::OTEL_NAME } = format!("{method} {route}"),
+        { attr::OTEL_KIND } = "server",
+        { attr::OTEL_STATUS_CODE } = tracing::field::Empty,
+        { attr::REQUEST_ID } = id,
+        { attr::HTTP_REQUEST_METHOD } = method,
+        { attr::HTTP_ROUTE } = route,
+        { attr::HTTP_RESPONSE_STATUS_CODE } = tracing::field::Empty,
+        { attr::REPLICA } = replica,
+        { attr::TENANT } = tracing::field::Empty,
+        { attr::SESSION_ID } = tracing::field::Empty,
+        { attr::TRACE_ID } = tracing::field::Empty,
+    );
+    trace::continue_from(&span, request.headers());
+    if let Some(trace_id) = trace::trace_id(&span) {
+        span.record(attr::TRACE_ID, trace_id);
+    }
+    span
+}
+
+fn record_status(response: &Response, _latency: std::time::Duration, span: &tracing::Span) {
+    let status = response.status();
+    span.record(attr::HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record(attr::OTEL_STATUS_CODE, "ERROR");
+    }
 }
 
 async fn track_http(State(state): State<AppState>, request: Request, next: Next) -> Response {

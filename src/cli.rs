@@ -9,7 +9,7 @@ use crate::{
     app::Application,
     auth,
     config::{self, Config, ConfigErrors},
-    telemetry,
+    telemetry::{Settings, Telemetry},
 };
 
 #[derive(Debug, Parser)]
@@ -85,7 +85,23 @@ pub async fn run(cli: Cli) -> ExitCode {
 }
 
 async fn serve(config: Result<Config, ConfigErrors>) -> ExitCode {
-    telemetry::init_logging();
+    let telemetry = match Telemetry::init(Settings::from_env()) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("cannot start telemetry: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = serve_with(config, telemetry.traces_enabled()).await;
+    // Pending spans are sent before the process exits (a blocking export).
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
+}
+
+async fn serve_with(config: Result<Config, ConfigErrors>, traces: bool) -> ExitCode {
+    if traces {
+        tracing::info!("exporting traces over OTLP");
+    }
     let config = match config {
         Ok(config) => config,
         Err(errors) => return report(&errors),

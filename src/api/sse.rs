@@ -49,7 +49,9 @@ pub fn encode(
     let (tx, rx) = mpsc::channel(FRAME_BUFFER);
     let sessions = state.sessions.clone();
     let shutdown = state.shutdown.clone();
+    let open = state.metrics.open_stream(encoder.dialect());
     state.tasks.spawn(async move {
+        let _open = open;
         let send_all = |frames: Vec<Frame>| {
             let tx = tx.clone();
             async move {

@@ -257,6 +257,7 @@ pub async fn require_auth(
         None => Err(AuthError::Missing),
     };
     let principal = verified.map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    tracing::Span::current().record(crate::telemetry::attributes::TENANT, &*principal.tenant);
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
 }

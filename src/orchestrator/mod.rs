@@ -28,8 +28,10 @@ use crate::{
     config::Config,
     providers::{ChatMessage, Providers, Role, ToolCall, ToolSpec},
     sessions::{Emitter, RunHandle, SessionDoc, TurnRunner, state::SessionOptions},
+    telemetry::{attributes as attr, metrics::Metrics},
     tools::{CallContext, ServerTools, ToolOutcome},
 };
+use tracing::Instrument as _;
 
 pub struct Orchestrator {
     config: Arc<Config>,
@@ -93,7 +95,7 @@ impl Orchestrator {
             cancel: handle.cancelled().clone(),
             session_id: doc.id.clone(),
             tenant: doc.tenant.clone(),
-            traceparent: doc.trace_parent.clone(),
+            metrics: handle.sessions().metrics().clone(),
         }
     }
 }
@@ -118,25 +120,42 @@ struct ExecContext {
     cancel: CancellationToken,
     session_id: String,
     tenant: String,
-    traceparent: Option<String>,
+    metrics: Arc<Metrics>,
 }
 
 impl ExecContext {
-    /// Runs one permitted call made by an agent at `depth` (0 = main).
+    /// Runs one permitted call made by an agent at `depth` (0 = main), in an
+    /// `execute_tool {name}` span (a child of the current one; an HTTP tool
+    /// gets its trace context).
     fn execute<'a>(&'a self, call: &'a ToolCall, depth: u32) -> BoxFuture<'a, ToolOutcome> {
-        Box::pin(async move {
+        let tool_type = if call.name == subagent::TOOL_NAME { "extension" } else { "function" };
+        let span = tracing::info_span!(
+            "execute_tool",
+            { attr::OTEL_NAME } = format!("{} {}", attr::OPERATION_EXECUTE_TOOL, call.name),
+            { attr::OTEL_STATUS_CODE } = tracing::field::Empty,
+            { attr::GEN_AI_OPERATION_NAME } = attr::OPERATION_EXECUTE_TOOL,
+            { attr::GEN_AI_TOOL_NAME } = &call.name,
+            { attr::GEN_AI_TOOL_CALL_ID } = &call.id,
+            { attr::GEN_AI_TOOL_TYPE } = tool_type,
+            { attr::GEN_AI_CONVERSATION_ID } = &self.session_id,
+        );
+        let record = span.clone();
+        let run = async move {
             if call.name == subagent::TOOL_NAME {
                 return subagent::run(self, call, depth + 1).await;
             }
             let Some(tool) = self.tools.get(&call.name) else {
                 return ToolOutcome::error(format!("there is no tool named {:?}", call.name));
             };
-            let context = CallContext {
-                session_id: &self.session_id,
-                tenant: &self.tenant,
-                traceparent: self.traceparent.as_deref(),
-            };
+            let context = CallContext { session_id: &self.session_id, tenant: &self.tenant };
             self.tools.call(tool, call, &context).await
+        };
+        Box::pin(async move {
+            let outcome = run.instrument(span).await;
+            if !outcome.ok {
+                record.record(attr::OTEL_STATUS_CODE, "ERROR");
+            }
+            outcome
         })
     }
 

@@ -65,7 +65,14 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
             max_output_tokens: model.max_output_tokens,
             response_format: None,
         };
-        let output = match step::run(provider.as_ref(), request, &context.emitter, &context.cancel, &agent).await {
+        let call = step::ModelCall {
+            provider: provider.as_ref(),
+            model,
+            tenant: &context.tenant,
+            session_id: &context.session_id,
+            metrics: &context.metrics,
+        };
+        let output = match step::run(&call, request, &context.emitter, &context.cancel, &agent).await {
             Ok(output) => output,
             Err(e) => return ToolOutcome::error(format!("the subagent failed: {e}")),
         };

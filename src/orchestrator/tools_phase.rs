@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::{StreamExt, stream::FuturesUnordered};
 use serde_json::Value;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::{
     Orchestrator, context, permissions,
@@ -23,6 +24,7 @@ use crate::{
         RunHandle, SessionError, Status, main_agent,
         state::{ApprovalMode, CallPlan, CallResult, FrontendMode, PermissionRules, PlannedCall, ToolRule, Truncation},
     },
+    telemetry::attributes as attr,
 };
 
 /// How often a relay wait re-reads the state even without a wake-up, in case
@@ -124,6 +126,7 @@ pub(super) async fn plan(
                             params: arguments.clone(),
                         };
                         plan.events.push(EventKind::RelayRequested(pending.clone()));
+                        session.metrics().relay("requested");
                         plan.relays.push(pending);
                     }
                     (CallPlan::Ask { relay_id }, None)
@@ -192,9 +195,18 @@ pub(super) async fn run(
             handle.append(&main_agent(), events).await?;
             announce_relays = false;
         }
-        match wait_for_decision(handle, deadline).await? {
+        let waiting = tracing::info_span!(
+            "relay_wait",
+            { attr::OTEL_NAME } = "relay_wait",
+            { attr::RELAYS } = asks.len() as i64,
+            { attr::GEN_AI_CONVERSATION_ID } = &*handle.key().id,
+        );
+        match wait_for_decision(handle, deadline).instrument(waiting).await? {
             Wait::Decided => {}
             Wait::TimedOut => {
+                for _ in &asks {
+                    handle.sessions().metrics().relay("timed_out");
+                }
                 let reason = format!(
                     "no permission decision arrived within {} s",
                     orchestrator.config.agent.relay_timeout.as_secs()

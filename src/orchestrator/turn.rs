@@ -113,15 +113,28 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             Ok(reserved) => reserved,
             Err(end) => return Ok(end),
         };
-        let output =
-            match step::run(provider.as_ref(), request, &handle.emitter(), &handle.cancelled().clone(), &main_agent())
-                .await
-            {
-                Ok(output) => output,
-                Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await,
-                Err(StepError::Session(e)) => return Err(e),
-                Err(StepError::Provider(e)) => return Ok(provider_failure(&e)),
-            };
+        let (session_id, tenant) = (handle.key().id.clone(), handle.key().tenant.clone());
+        let model_call = step::ModelCall {
+            provider: provider.as_ref(),
+            model,
+            tenant: &tenant,
+            session_id: &session_id,
+            metrics: handle.sessions().metrics(),
+        };
+        let output = match step::run(
+            &model_call,
+            request,
+            &handle.emitter(),
+            &handle.cancelled().clone(),
+            &main_agent(),
+        )
+        .await
+        {
+            Ok(output) => output,
+            Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await,
+            Err(StepError::Session(e)) => return Err(e),
+            Err(StepError::Provider(e)) => return Ok(provider_failure(&e)),
+        };
         if let Some((tenant, estimate)) = reserved {
             let used = (output.usage.input_tokens + output.usage.output_tokens) as i64;
             if let Err(e) = handle.sessions().take_tokens(&tenant, used - estimate, None).await {

@@ -161,6 +161,10 @@ impl HolmesEncoder {
 }
 
 impl Encoder for HolmesEncoder {
+    fn dialect(&self) -> &'static str {
+        "holmes"
+    }
+
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
         if event.event.agent.depth > 0 {
             return Vec::new();

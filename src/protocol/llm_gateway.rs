@@ -142,6 +142,10 @@ impl LlmGatewayEncoder {
 }
 
 impl Encoder for LlmGatewayEncoder {
+    fn dialect(&self) -> &'static str {
+        "llm-gateway"
+    }
+
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
         let mut frames: Vec<Frame> = self.connected.take().into_iter().collect();
         self.session_id = Some(event.session_id.to_string());

@@ -31,6 +31,9 @@ impl Frame {
 }
 
 pub trait Encoder: Send {
+    /// The dialect's `?format=` name (a metric label).
+    fn dialect(&self) -> &'static str;
+
     /// The frames for one event (none, for events the dialect does not show).
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame>;
 

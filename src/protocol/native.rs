@@ -10,6 +10,10 @@ use super::{Encoder, Frame, LogEvent};
 pub struct NativeEncoder;
 
 impl Encoder for NativeEncoder {
+    fn dialect(&self) -> &'static str {
+        "native"
+    }
+
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
         vec![encode(event)]
     }

@@ -62,12 +62,15 @@ impl AnthropicProvider {
         }
     }
 
-    /// The one place an upstream request is built: every header (a future
-    /// `traceparent` included) is added here.
+    /// The one place an upstream request is built: every header is added
+    /// here, the W3C trace context of the current (`chat`) span included.
     fn request(&self, body: Bytes) -> RequestBuilder {
+        let mut headers = reqwest::header::HeaderMap::new();
+        crate::telemetry::trace::inject_current(&mut headers);
         let builder = self
             .client
             .post(&self.url)
+            .headers(headers)
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "text/event-stream")
             .header("anthropic-version", API_VERSION)

@@ -118,3 +118,14 @@ pub enum FinishReason {
     Length,
     Other(String),
 }
+
+impl FinishReason {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::ToolCalls => "tool_calls",
+            Self::Length => "length",
+            Self::Other(other) => other,
+        }
+    }
+}

@@ -39,7 +39,7 @@ impl Sessions {
     /// session, on this replica. Returns the cursor before the turn's events.
     pub async fn start_turn(&self, principal: &Principal, id: &str, message: ChatMessage) -> Result<u64, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
-        let (version, mut doc) = self.load_visible(principal, &key).await?;
+        let (version, mut doc) = self.load_settled(principal, &key).await?;
         if !doc.status.can_become(Status::Running) || doc.status == Status::AwaitingClient {
             return Err(SessionError::Conflict(format!(
                 "the session is {}: it cannot take a new message now",
@@ -60,7 +60,7 @@ impl Sessions {
     /// decision. Returns the cursor from which to follow the continuation.
     pub async fn resume(&self, principal: &Principal, id: &str, resume: Resume) -> Result<u64, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
-        let (version, mut doc) = self.load_visible(principal, &key).await?;
+        let (version, mut doc) = self.load_settled(principal, &key).await?;
         if doc.status != Status::AwaitingClient {
             return Err(SessionError::Conflict(format!(
                 "the session is {}, not paused for the client",
@@ -131,7 +131,10 @@ impl Sessions {
         }
         doc.pending_calls.clear();
         doc.pending_relays.clear();
-        self.activate(&key, version, doc, events).await
+        let dialect = doc.dialect.clone();
+        let cursor = self.activate(&key, version, doc, events).await?;
+        self.metrics().resume(&dialect);
+        Ok(cursor)
     }
 
     /// Records a permission decision for a live relay, from any replica, and

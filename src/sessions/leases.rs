@@ -97,7 +97,8 @@ pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey)
             // Still one of the tenant's running sessions: refresh, never refuse.
             let _ = sessions.hold_slot(key, false).await;
             tracing::info!(session = %key.id, from = previous.as_deref().unwrap_or("?"), "took over session");
-            sessions.spawn_runner(key.clone(), version, doc, Some(previous.unwrap_or_default()));
+            let link = doc.trace_parent.clone();
+            sessions.spawn_runner(key.clone(), version, doc, Some(previous.unwrap_or_default()), link);
             true
         }
         // Another replica won the race, or the owner came back.

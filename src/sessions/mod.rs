@@ -24,6 +24,7 @@ use async_trait::async_trait;
 use dashmap::DashMap;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument as _;
 
 pub use self::{
     commands::{Decision, Resume},
@@ -37,7 +38,13 @@ use crate::{
     protocol::{AgentRef, EventKind, events::Event},
     providers::Usage,
     store::{LeaseOp, Notice, SessionKey, Store, StoreError, Versioned, WriteOutcome},
+    telemetry::{attributes as attr, metrics::Metrics, trace},
 };
+
+/// How long a new turn waits for the state write that follows the previous
+/// turn's last event, and how often it looks.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The scope that lets a token see every session of its tenant.
 pub const ADMIN_SCOPE: &str = "sessions:admin";
@@ -78,6 +85,7 @@ struct Inner {
     store: Store,
     hub: EventHub,
     config: Arc<Config>,
+    metrics: Arc<Metrics>,
     replica: String,
     runner: OnceLock<Arc<dyn TurnRunner>>,
     /// Sessions whose lease this replica holds.
@@ -94,6 +102,7 @@ impl Sessions {
         store: Store,
         notices: mpsc::Receiver<Notice>,
         config: Arc<Config>,
+        metrics: Arc<Metrics>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
@@ -105,6 +114,7 @@ impl Sessions {
                 store,
                 hub,
                 config,
+                metrics,
                 replica,
                 runner: OnceLock::new(),
                 running: DashMap::new(),
@@ -132,6 +142,34 @@ impl Sessions {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// Counts what events about to be written say happened: tool results
+    /// by kind and outcome, relay decisions. Every event this replica writes
+    /// passes here once (a re-announced relay request does not: the
+    /// orchestrator counts requests where it makes them).
+    pub(crate) fn observe(&self, events: impl IntoIterator<Item = impl std::borrow::Borrow<EventKind>>) {
+        let metrics = &self.inner.metrics;
+        for event in events {
+            match event.borrow() {
+                EventKind::ToolResult { name, status, .. } => {
+                    let kind = match name.as_str() {
+                        "agent" => "agent",
+                        name if self.inner.config.tool(name).is_some() => "server",
+                        _ => "frontend",
+                    };
+                    metrics.tool_call(kind, status);
+                }
+                EventKind::RelayDecided { approved, .. } => {
+                    metrics.relay(if *approved { "approved" } else { "denied" });
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Creates an idle session owned by `principal`.
@@ -167,6 +205,7 @@ impl Sessions {
             decisions: Vec::new(),
             cancel_requested: false,
         };
+        tracing::Span::current().record(attr::SESSION_ID, &id);
         let key = SessionKey::new(principal.tenant.clone(), id);
         match self.inner.store.state.create(&key, &encode(&doc)?, LeaseOp::None).await? {
             WriteOutcome::Written(_) => Ok(doc),
@@ -229,6 +268,9 @@ impl Sessions {
         doc.status = Status::Running;
         doc.owner = Some(self.inner.replica.clone());
         doc.updated_ms = crate::protocol::events::now_ms();
+        // This request's trace becomes the session's; the turn's span links
+        // to the one before (a pause or an earlier turn, maybe elsewhere).
+        let earlier = std::mem::replace(&mut doc.trace_parent, trace::traceparent(&tracing::Span::current()));
         let lease = LeaseOp::Acquire { replica: self.inner.replica.clone(), ttl: self.inner.config.store.lease_ttl };
         let new_version = match self.inner.store.state.compare_and_set(key, version, &encode(&doc)?, lease).await? {
             WriteOutcome::Written(v) => v,
@@ -239,45 +281,122 @@ impl Sessions {
                 return Err(SessionError::Conflict("another replica is running this session".into()));
             }
         };
+        self.observe(&events);
         let cursor = if events.is_empty() {
             0
         } else {
             let stamped = events.into_iter().map(|kind| stamp(kind, main_agent())).collect();
             self.inner.hub.append(key, stamped).await?.0 - 1
         };
-        self.spawn_runner(key.clone(), new_version, doc, None);
+        self.spawn_runner(key.clone(), new_version, doc, None, earlier);
         Ok(cursor)
     }
 
-    /// Hands a session whose lease this replica now holds to the runner.
-    /// `taken_over_from` names the replica that died running it, if any.
-    fn spawn_runner(&self, key: SessionKey, version: u64, doc: SessionDoc, taken_over_from: Option<String>) {
+    /// Hands a session whose lease this replica now holds to the runner, in
+    /// an `invoke_agent` span: a child of the current span (the request that
+    /// started or resumed the turn; none for a takeover), linked to the
+    /// trace `link` names. `taken_over_from` names the replica that died
+    /// running it, if any.
+    fn spawn_runner(
+        &self,
+        key: SessionKey,
+        version: u64,
+        doc: SessionDoc,
+        taken_over_from: Option<String>,
+        link: Option<String>,
+    ) {
+        let span = tracing::info_span!(
+            "invoke_agent",
+            { attr::OTEL_NAME } = format!("{} {}", attr::OPERATION_INVOKE_AGENT, attr::AGENT_NAME),
+            { attr::GEN_AI_OPERATION_NAME } = attr::OPERATION_INVOKE_AGENT,
+            { attr::GEN_AI_AGENT_NAME } = attr::AGENT_NAME,
+            { attr::GEN_AI_AGENT_ID } = "main",
+            { attr::GEN_AI_CONVERSATION_ID } = &*key.id,
+            { attr::GEN_AI_REQUEST_MODEL } = &doc.model,
+            { attr::SESSION_ID } = &*key.id,
+            { attr::TENANT } = &*key.tenant,
+            { attr::REPLICA } = &self.inner.replica,
+            { attr::DIALECT } = &doc.dialect,
+            { attr::TURN } = i64::from(doc.turn),
+            { attr::TRACE_ID } = tracing::field::Empty,
+        );
+        if let Some(link) = &link {
+            trace::link_to(&span, link);
+        }
+        if let Some(trace_id) = trace::trace_id(&span) {
+            span.record(attr::TRACE_ID, trace_id);
+        }
+        if taken_over_from.is_some() {
+            self.inner.metrics.takeovers.inc();
+        }
         let running = run::Running::new(self.inner.shutdown.child_token());
         self.inner.running.insert(key.clone(), running.clone());
         let handle = RunHandle::new(self.clone(), key, version, doc, running, taken_over_from);
         let runner = self.inner.runner.get().cloned();
         let notifications = self.inner.store.notifications.clone();
         let watched = handle.key().clone();
-        self.inner.tasks.spawn(async move {
-            // Relay decisions and cancels written elsewhere arrive as wake-ups.
-            if let Err(e) = notifications.watch(&watched).await {
-                tracing::warn!(session = %watched.id, error = %e, "cannot watch for wake-ups; relying on polling");
-            }
-            match runner {
-                Some(runner) => runner.run(handle).await,
-                None => {
-                    let _ = handle.fail("no_orchestrator", "this replica has no orchestrator installed").await;
+        let metrics = self.inner.metrics.clone();
+        self.inner.tasks.spawn(
+            async move {
+                let _running = metrics.running_session();
+                // Relay decisions and cancels written elsewhere arrive as wake-ups.
+                if let Err(e) = notifications.watch(&watched).await {
+                    tracing::warn!(session = %watched.id, error = %e, "cannot watch for wake-ups; relying on polling");
                 }
+                match runner {
+                    Some(runner) => runner.run(handle).await,
+                    None => {
+                        let _ = handle.fail("no_orchestrator", "this replica has no orchestrator installed").await;
+                    }
+                }
+                let _ = notifications.unwatch(&watched).await;
             }
-            let _ = notifications.unwatch(&watched).await;
-        });
+            .instrument(span),
+        );
     }
 
+    /// The session if `principal` may see it. The request's span gets the
+    /// session id and a link to the session's trace (its last turn may have
+    /// started on another replica, in another trace).
     async fn load_visible(&self, principal: &Principal, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
         let (version, doc) = self.load_raw(key).await?;
         let visible =
             doc.tenant == *principal.tenant && (doc.subject == principal.subject || principal.has_scope(ADMIN_SCOPE));
-        if visible { Ok((version, doc)) } else { Err(SessionError::NotFound) }
+        if !visible {
+            return Err(SessionError::NotFound);
+        }
+        let span = tracing::Span::current();
+        span.record(attr::SESSION_ID, &*key.id);
+        if let Some(traceparent) = &doc.trace_parent {
+            trace::link_to(&span, traceparent);
+        }
+        Ok((version, doc))
+    }
+
+    /// Like `load_visible`, but if the session's turn has just ended — the
+    /// `turn_ended` or `paused` event is in the log, the state write that
+    /// follows it is not yet — waits (briefly) for that write: a client that
+    /// sends its next message the moment it sees the end must not get a 409.
+    async fn load_settled(&self, principal: &Principal, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            let (version, doc) = self.load_visible(principal, key).await?;
+            if !doc.status.is_active() || tokio::time::Instant::now() >= deadline || !self.log_ends_turn(key).await? {
+                return Ok((version, doc));
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    /// Whether the newest event in the session's log ends a stream.
+    async fn log_ends_turn(&self, key: &SessionKey) -> Result<bool, SessionError> {
+        let last = self.inner.store.log.read_after(key, u64::MAX - 1, 1).await?.last_seq;
+        if last == 0 {
+            return Ok(false);
+        }
+        let range = self.inner.store.log.read_after(key, last - 1, 1).await?;
+        let newest = range.events.first().and_then(|e| serde_json::from_str::<Event>(&e.payload).ok());
+        Ok(newest.is_some_and(|event| event.kind.ends_stream()))
     }
 
     /// The stored document, without an access check (internal use).

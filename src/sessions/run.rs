@@ -46,11 +46,13 @@ pub struct Emitter {
 impl Emitter {
     /// Queues an event without waiting for it to be durable.
     pub async fn emit(&self, agent: &AgentRef, kind: EventKind) -> Result<(), SessionError> {
+        self.sessions.observe([&kind]);
         Ok(self.sessions.hub().emit(&self.key, stamp(kind, agent.clone())).await?)
     }
 
     /// Appends events and waits until they are durable.
     pub async fn append(&self, agent: &AgentRef, kinds: Vec<EventKind>) -> Result<u64, SessionError> {
+        self.sessions.observe(&kinds);
         let events = kinds.into_iter().map(|k| stamp(k, agent.clone())).collect();
         Ok(self.sessions.hub().append(&self.key, events).await?.1)
     }

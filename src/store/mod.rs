@@ -6,19 +6,23 @@
 //! event payloads (JSON text); what a session *means* (its state machine,
 //! who may touch it, takeover) belongs to `sessions`.
 //!
+//! Every operation is timed (`timed.rs`, a decorator over the backend).
+//!
 //! Every key is tenant-scoped ([`SessionKey`]), so a lookup with the wrong
 //! tenant finds nothing, exactly like a missing session.
 
 mod memory;
 mod redis;
 mod redis_notify;
+mod timed;
 
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::config::StoreConfig;
+use self::timed::Timed;
+use crate::{config::StoreConfig, telemetry::metrics::Metrics};
 
 pub use self::{memory::MemoryStore, redis::RedisStore};
 
@@ -283,10 +287,21 @@ impl Store {
     /// Builds the configured backend. Notices heard by this replica's
     /// subscription are sent to `notices`. Connecting to Redis is lazy: the
     /// app starts while Redis is down and `/readyz` says so.
-    pub fn open(config: &StoreConfig, notices: mpsc::Sender<Notice>) -> Result<Self, StoreError> {
+    /// Every operation is timed into `metrics`.
+    pub fn open(
+        config: &StoreConfig,
+        notices: mpsc::Sender<Notice>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StoreError> {
         match &config.redis_url {
-            Some(url) => Ok(Self::from_backend(Arc::new(RedisStore::open(url, config, notices)?), "redis")),
-            None => Ok(Self::from_backend(Arc::new(MemoryStore::new(config, notices)), "memory")),
+            Some(url) => {
+                let backend = Arc::new(RedisStore::open(url, config, notices)?);
+                Ok(Self::from_backend(Arc::new(Timed::new(backend, metrics, "redis")), "redis"))
+            }
+            None => {
+                let backend = Arc::new(MemoryStore::new(config, notices));
+                Ok(Self::from_backend(Arc::new(Timed::new(backend, metrics, "memory")), "memory"))
+            }
         }
     }
 

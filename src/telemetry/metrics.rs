@@ -7,7 +7,12 @@ use std::time::Duration;
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
     registry::Registry,
 };
 
@@ -32,30 +37,138 @@ pub struct RateLimitLabels {
     pub outcome: String,
 }
 
+/// Labels of model-call metrics: the alias requests name, and the provider.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabels {
+    pub model: String,
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelCallLabels {
+    pub model: String,
+    pub provider: String,
+    /// `ok`, `error`, `cancelled`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub tenant: String,
+    pub model: String,
+    /// `input` or `output`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    /// `server`, `frontend` or `agent`: never the tool's name, which a
+    /// request may choose.
+    pub kind: String,
+    /// `success`, `error` or `denied`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelayLabels {
+    /// `requested`, `approved`, `denied`, `timed_out`.
+    pub event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DialectLabels {
+    pub dialect: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabels {
+    /// The store trait method (`state.load`, `log.append`, …).
+    pub op: String,
+    /// `ok` or the error code (`unavailable`, `not_leaseholder`, `corrupt`).
+    pub outcome: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub rate_limits: Family<RateLimitLabels, Counter>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
+    /// Turns running on this replica.
+    pub active_sessions: Gauge,
+    /// Event streams open to clients on this replica, by dialect.
+    pub open_streams: Family<DialectLabels, Gauge>,
+    pub time_to_first_token: Family<ModelLabels, Histogram>,
+    pub model_call_duration: Family<ModelCallLabels, Histogram>,
+    pub tokens: Family<TokenLabels, Counter>,
+    pub tool_calls: Family<ToolLabels, Counter>,
+    pub relays: Family<RelayLabels, Counter>,
+    pub resumes: Family<DialectLabels, Counter>,
+    /// Sessions this replica took over from a dead one.
+    pub takeovers: Counter,
+    pub store_duration: Family<StoreLabels, Histogram>,
+}
+
+/// A histogram family whose buckets are `start`, `start * 2`, … (`count` of them).
+macro_rules! histograms {
+    ($start:expr, $count:expr) => {
+        Family::new_with_constructor((|| Histogram::new(exponential_buckets($start, 2.0, $count))) as fn() -> Histogram)
+    };
 }
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("switchboard");
+        let mut r = Registry::with_prefix("switchboard");
         let http_requests = Family::<HttpLabels, Counter>::default();
-        registry.register("http_requests", "HTTP requests answered, by route and status", http_requests.clone());
-        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            // 1 ms .. ~33 s; streams are measured to their first byte.
-            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16))
-        });
-        registry.register(
-            "http_request_duration_seconds",
-            "Time until the response head was sent",
-            http_duration.clone(),
-        );
+        r.register("http_requests", "HTTP requests answered, by route and status", http_requests.clone());
+        // 1 ms .. ~33 s; streams are measured to their first byte.
+        let http_duration = histograms!(0.001, 16);
+        r.register("http_request_duration_seconds", "Time until the response head was sent", http_duration.clone());
         let rate_limits = Family::<RateLimitLabels, Counter>::default();
-        registry.register("rate_limit_decisions", "Rate-limit decisions by tenant and outcome", rate_limits.clone());
-        Self { registry, rate_limits, http_requests, http_duration }
+        r.register("rate_limit_decisions", "Rate-limit decisions by tenant and outcome", rate_limits.clone());
+        let active_sessions = Gauge::default();
+        r.register("active_sessions", "Turns running on this replica", active_sessions.clone());
+        let open_streams = Family::<DialectLabels, Gauge>::default();
+        r.register("open_streams", "Event streams open to clients on this replica", open_streams.clone());
+        let time_to_first_token = histograms!(0.005, 14);
+        r.register(
+            "time_to_first_token_seconds",
+            "From sending a model request to its first streamed token",
+            time_to_first_token.clone(),
+        );
+        let model_call_duration = histograms!(0.01, 14);
+        r.register("model_call_duration_seconds", "Model calls, start to end of stream", model_call_duration.clone());
+        let tokens = Family::<TokenLabels, Counter>::default();
+        r.register("model_tokens", "Model tokens by tenant, model and kind (input, output)", tokens.clone());
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        r.register("tool_calls", "Tool call results by kind and outcome", tool_calls.clone());
+        let relays = Family::<RelayLabels, Counter>::default();
+        r.register("relays", "Permission relays requested, approved, denied and timed out", relays.clone());
+        let resumes = Family::<DialectLabels, Counter>::default();
+        r.register("resumes", "Paused turns resumed by a client", resumes.clone());
+        let takeovers = Counter::default();
+        r.register("takeovers", "Sessions taken over from a replica whose lease lapsed", takeovers.clone());
+        let store_duration = histograms!(0.0001, 16);
+        r.register(
+            "store_operation_duration_seconds",
+            "Store operations by operation and outcome",
+            store_duration.clone(),
+        );
+        Self {
+            registry: r,
+            rate_limits,
+            http_requests,
+            http_duration,
+            active_sessions,
+            open_streams,
+            time_to_first_token,
+            model_call_duration,
+            tokens,
+            tool_calls,
+            relays,
+            resumes,
+            takeovers,
+            store_duration,
+        }
     }
 
     pub fn observe_http(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
@@ -71,6 +184,43 @@ impl Metrics {
             .inc();
     }
 
+    pub fn tokens(&self, tenant: &str, model: &str, input: u64, output: u64) {
+        for (kind, n) in [("input", input), ("output", output)] {
+            let labels = TokenLabels { tenant: tenant.to_string(), model: model.to_string(), kind: kind.to_string() };
+            self.tokens.get_or_create(&labels).inc_by(n);
+        }
+    }
+
+    pub fn tool_call(&self, kind: &str, outcome: &str) {
+        self.tool_calls.get_or_create(&ToolLabels { kind: kind.to_string(), outcome: outcome.to_string() }).inc();
+    }
+
+    pub fn relay(&self, event: &str) {
+        self.relays.get_or_create(&RelayLabels { event: event.to_string() }).inc();
+    }
+
+    pub fn resume(&self, dialect: &str) {
+        self.resumes.get_or_create(&DialectLabels { dialect: dialect.to_string() }).inc();
+    }
+
+    /// Counts an open stream of `dialect` until the guard is dropped.
+    pub fn open_stream(self: &std::sync::Arc<Self>, dialect: &str) -> StreamGuard {
+        let gauge = self.open_streams.get_or_create(&DialectLabels { dialect: dialect.to_string() }).clone();
+        gauge.inc();
+        StreamGuard(gauge)
+    }
+
+    /// Counts a running turn until the guard is dropped.
+    pub fn running_session(&self) -> StreamGuard {
+        self.active_sessions.inc();
+        StreamGuard(self.active_sessions.clone())
+    }
+
+    pub fn store_op(&self, op: &'static str, outcome: &'static str, elapsed: Duration) {
+        let labels = StoreLabels { op: op.to_string(), outcome: outcome.to_string() };
+        self.store_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -83,5 +233,15 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Decrements a gauge when dropped: a stream or a turn stops counting however
+/// it ends.
+pub struct StreamGuard(Gauge);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

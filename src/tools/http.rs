@@ -1,5 +1,6 @@
 //! HTTP tools: `POST {tool_call_id, name, arguments, session_id, tenant}` to
-//! the tool's URL, with its timeout and a response size cap.
+//! the tool's URL, with its timeout, a response size cap and the W3C trace
+//! context of the call's span.
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -22,10 +23,10 @@ pub(super) async fn call(
         "session_id": context.session_id,
         "tenant": context.tenant,
     });
-    let mut request = http.post(url).timeout(tool.timeout).json(&body);
-    if let Some(traceparent) = context.traceparent {
-        request = request.header("traceparent", traceparent);
-    }
+    // The current span is the call's `execute_tool` span.
+    let mut headers = reqwest::header::HeaderMap::new();
+    crate::telemetry::trace::inject_current(&mut headers);
+    let request = http.post(url).timeout(tool.timeout).headers(headers).json(&body);
     let response = match request.send().await {
         Ok(response) => response,
         Err(e) if e.is_timeout() => return ToolOutcome::error(format!("the tool timed out after {:?}", tool.timeout)),

@@ -41,8 +41,6 @@ impl ToolOutcome {
 pub struct CallContext<'a> {
     pub session_id: &'a str,
     pub tenant: &'a str,
-    /// W3C trace context to propagate, when there is one.
-    pub traceparent: Option<&'a str>,
 }
 
 pub struct ServerTools {

@@ -15,6 +15,7 @@ mod holmes;
 mod hostile_input;
 mod limits;
 mod llm_gateway;
+mod metrics;
 mod mock_upstream;
 mod native_api;
 mod orchestrator;

@@ -226,6 +226,12 @@ async fn a_denied_relay_and_a_timed_out_relay_are_denials_the_model_sees() {
     let seen = tool_messages(&w.model_request(3)).last().unwrap()["content"].as_str().unwrap().to_string();
     assert!(seen.contains("no permission decision"), "{seen}");
     assert_eq!(w.tools.calls("refund"), 0);
+
+    let metrics = crate::metrics::scrape(&w.apps[0]).await;
+    let relays = |event| crate::metrics::sample(&metrics, "switchboard_relays_total", &[("event", event)]);
+    assert_eq!((relays("requested"), relays("denied"), relays("timed_out")), (2.0, 1.0, 1.0));
+    let denied = [("kind", "server"), ("outcome", "denied")];
+    assert_eq!(crate::metrics::sample(&metrics, "switchboard_tool_calls_total", &denied), 2.0);
 }
 
 #[tokio::test]

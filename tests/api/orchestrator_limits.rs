@@ -111,6 +111,10 @@ async fn a_replica_killed_mid_turn_is_taken_over_without_running_a_finished_tool
     let text: String = of_kind(&rest, "text_delta").iter().map(|f| f.data["text"].as_str().unwrap()).collect();
     assert_eq!(text, "Recovered answer.");
     assert_eq!(w.tools.calls("lookup"), 1, "the finished tool did not run again");
+    let metrics = crate::metrics::scrape(&w.apps[0]).await;
+    assert_eq!(crate::metrics::sample(&metrics, "switchboard_takeovers_total", &[]), 1.0, "counted on B");
+    let tool_calls = crate::metrics::sample(&metrics, "switchboard_tool_calls_total", &[]);
+    assert_eq!(tool_calls, 0.0, "the lookup result was counted on A, where it ran");
     assert_eq!(seqs(&rest), ((cursor + 1)..=(cursor + rest.len() as u64)).collect::<Vec<_>>());
     let whole = SseReader::new(w.apps[0].events(&w.token, &id, Some(0)).await).rest().await;
     assert_eq!(seqs(&whole), (1..=whole.len() as u64).collect::<Vec<_>>(), "gapless from the start");

@@ -54,7 +54,7 @@ fn open_store(redis_url: Option<String>, event_log_max_len: u64) -> Harness {
         lease_ttl: Duration::from_secs(10),
     };
     let (tx, notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
-    let store = Store::open(&config, tx).expect("the store opens");
+    let store = Store::open(&config, tx, Default::default()).expect("the store opens");
     Harness { store, notices }
 }
 

@@ -1,0 +1,177 @@
+//! A decorator that times every store operation into
+//! `switchboard_store_operation_duration_seconds{op, outcome}`, whichever
+//! backend is behind it. [`super::Store::open`] wraps the backend in it, so
+//! the backends themselves stay free of metrics.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use super::{
+    AppendBatch, EventLog, Health, LeaseOp, Leases, LogRange, Notifications, Quotas, RateDecision, RelayIndex,
+    SessionKey, StateStore, StoreError, Versioned, WriteOutcome,
+};
+use crate::telemetry::{attributes as attr, metrics::Metrics};
+
+pub struct Timed<B> {
+    inner: Arc<B>,
+    metrics: Arc<Metrics>,
+    /// `redis` or `memory` (`db.system.name` of the spans).
+    kind: &'static str,
+}
+
+/// Operations a request waits on get a span of their own; the hot path
+/// (appends, lease renewals, notifications) only the histogram.
+const TRACED: &[&str] = &["state.", "relays.", "log.read_after", "quotas.acquire_slot"];
+
+impl<B> Timed<B> {
+    pub fn new(inner: Arc<B>, metrics: Arc<Metrics>, kind: &'static str) -> Self {
+        Self { inner, metrics, kind }
+    }
+
+    async fn time<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = if TRACED.iter().any(|prefix| op.starts_with(prefix)) {
+            let span = tracing::info_span!(
+                "store",
+                { attr::OTEL_NAME } = op,
+                { attr::OTEL_KIND } = "client",
+                { attr::DB_SYSTEM_NAME } = self.kind,
+                { attr::DB_OPERATION_NAME } = op,
+            );
+            call.instrument(span).await
+        } else {
+            call.await
+        };
+        self.metrics.store_op(op, outcome(result.as_ref().err()), started.elapsed());
+        result
+    }
+}
+
+fn outcome(error: Option<&StoreError>) -> &'static str {
+    match error {
+        None => "ok",
+        Some(StoreError::Unavailable(_)) => "unavailable",
+        Some(StoreError::NotLeaseholder) => "not_leaseholder",
+        Some(StoreError::Corrupt(_)) => "corrupt",
+    }
+}
+
+#[async_trait]
+impl<B: StateStore> StateStore for Timed<B> {
+    async fn create(&self, key: &SessionKey, doc: &str, lease: LeaseOp) -> Result<WriteOutcome, StoreError> {
+        self.time("state.create", self.inner.create(key, doc, lease)).await
+    }
+
+    async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
+        self.time("state.load", self.inner.load(key)).await
+    }
+
+    async fn compare_and_set(
+        &self,
+        key: &SessionKey,
+        expected: u64,
+        doc: &str,
+        lease: LeaseOp,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.time("state.compare_and_set", self.inner.compare_and_set(key, expected, doc, lease)).await
+    }
+}
+
+#[async_trait]
+impl<B: EventLog> EventLog for Timed<B> {
+    async fn append(&self, batches: &[AppendBatch]) -> Vec<Result<(u64, u64), StoreError>> {
+        let started = Instant::now();
+        let results = self.inner.append(batches).await;
+        let failed = results.iter().find_map(|r| r.as_ref().err());
+        self.metrics.store_op("log.append", outcome(failed), started.elapsed());
+        results
+    }
+
+    async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError> {
+        self.time("log.read_after", self.inner.read_after(key, after, limit)).await
+    }
+}
+
+#[async_trait]
+impl<B: Leases> Leases for Timed<B> {
+    async fn renew(&self, key: &SessionKey, replica: &str, ttl: Duration) -> Result<bool, StoreError> {
+        self.time("leases.renew", self.inner.renew(key, replica, ttl)).await
+    }
+
+    async fn owner(&self, key: &SessionKey) -> Result<Option<String>, StoreError> {
+        self.time("leases.owner", self.inner.owner(key)).await
+    }
+
+    async fn expired(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        self.time("leases.expired", self.inner.expired(limit)).await
+    }
+
+    async fn forget(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.time("leases.forget", self.inner.forget(key)).await
+    }
+}
+
+#[async_trait]
+impl<B: RelayIndex> RelayIndex for Timed<B> {
+    async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), StoreError> {
+        self.time("relays.put", self.inner.put_relay(relay_id, key)).await
+    }
+
+    async fn get_relay(&self, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
+        self.time("relays.get", self.inner.get_relay(relay_id)).await
+    }
+}
+
+#[async_trait]
+impl<B: Notifications> Notifications for Timed<B> {
+    async fn watch(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.time("notifications.watch", self.inner.watch(key)).await
+    }
+
+    async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.time("notifications.unwatch", self.inner.unwatch(key)).await
+    }
+
+    async fn wake(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.time("notifications.wake", self.inner.wake(key)).await
+    }
+}
+
+#[async_trait]
+impl<B: Quotas> Quotas for Timed<B> {
+    async fn take_request(&self, tenant: &str, rate: u32, burst: u32) -> Result<RateDecision, StoreError> {
+        self.time("quotas.take_request", self.inner.take_request(tenant, rate, burst)).await
+    }
+
+    async fn acquire_slot(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        max: Option<u32>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.time("quotas.acquire_slot", self.inner.acquire_slot(tenant, session_id, max, ttl)).await
+    }
+
+    async fn release_slot(&self, tenant: &str, session_id: &str) -> Result<(), StoreError> {
+        self.time("quotas.release_slot", self.inner.release_slot(tenant, session_id)).await
+    }
+
+    async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError> {
+        self.time("quotas.take_tokens", self.inner.take_tokens(tenant, tokens, limit)).await
+    }
+}
+
+#[async_trait]
+impl<B: Health> Health for Timed<B> {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.time("health.ping", self.inner.ping()).await
+    }
+}
