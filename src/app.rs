@@ -32,7 +32,7 @@ use crate::{
     orchestrator::{Orchestrator, prompt},
     sessions::{Sessions, TurnRunner},
     store::{NOTICE_CHANNEL, Store, StoreError},
-    telemetry::{attributes as attr, metrics::Metrics, trace},
+    telemetry::{attributes as attr, metrics::Metrics, timing, trace},
 };
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -164,7 +164,8 @@ fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLi
         )
         // The id goes back on every response, errors included.
         .layer(PropagateRequestIdLayer::new(request_id))
-        // Counts what the client finally got, after error rendering.
+        // Counts what the client finally got, after error rendering, and
+        // adds Server-Timing to non-stream answers.
         .layer(middleware::from_fn_with_state(state.clone(), track_http))
         // The one rescue: every error response gets the JSON body here.
         .layer(middleware::from_fn(error::render_errors))
@@ -215,12 +216,14 @@ fn request_span(replica: &str, request: &Request) -> tracing::Span {
     span
 }
 
-fn record_status(response: &Response, _latency: std::time::Duration, span: &tracing::Span) {
+/// The access log line (its span has the ids) and the span's status.
+fn record_status(response: &Response, latency: std::time::Duration, span: &tracing::Span) {
     let status = response.status();
     span.record(attr::HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16()));
     if status.is_server_error() {
         span.record(attr::OTEL_STATUS_CODE, "ERROR");
     }
+    tracing::info!(status = status.as_u16(), latency_ms = latency.as_millis() as u64, "request answered");
 }
 
 async fn track_http(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -228,7 +231,9 @@ async fn track_http(State(state): State<AppState>, request: Request, next: Next)
     let route =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let method = request.method().to_string();
-    let response = next.run(request).await;
-    state.metrics.observe_http(&route, &method, response.status().as_u16(), started.elapsed());
+    let mut response = next.run(request).await;
+    let elapsed = started.elapsed();
+    state.metrics.observe_http(&route, &method, response.status().as_u16(), elapsed);
+    timing::server_timing(&mut response, elapsed);
     response
 }

@@ -15,7 +15,7 @@
 
 mod request;
 
-use std::convert::Infallible;
+use std::{convert::Infallible, time::Duration};
 
 use axum::{
     Json,
@@ -45,6 +45,7 @@ use crate::{
         Decision, Resume,
         state::{ApprovalMode, FrontendMode, SessionOptions},
     },
+    telemetry::timing::UpstreamElapsed,
 };
 
 /// `Retry-After` of a 429 when the model provider rate-limited the turn
@@ -216,7 +217,11 @@ async fn respond(
     let mut response = if stream {
         stream_response(&state, principal, id.clone(), frames)
     } else {
-        answer(&state, &principal, &id, frames).await?
+        let upstream = state.sessions.upstream_time(&principal, &id);
+        let mut response = answer(&state, &principal, &id, frames).await?;
+        let elapsed = UpstreamElapsed(upstream.map_or(Duration::ZERO, |u| u.get()));
+        response.extensions_mut().insert(elapsed);
+        response
     };
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-session-id", value);

@@ -28,7 +28,7 @@ use crate::{
     config::Config,
     providers::{ChatMessage, Providers, Role, ToolCall, ToolSpec},
     sessions::{Emitter, RunHandle, SessionDoc, TurnRunner, state::SessionOptions},
-    telemetry::{attributes as attr, metrics::Metrics},
+    telemetry::{attributes as attr, metrics::Metrics, timing::UpstreamTime},
     tools::{CallContext, ServerTools, ToolOutcome},
 };
 use tracing::Instrument as _;
@@ -96,6 +96,7 @@ impl Orchestrator {
             session_id: doc.id.clone(),
             tenant: doc.tenant.clone(),
             metrics: handle.sessions().metrics().clone(),
+            upstream: handle.upstream_time().clone(),
         }
     }
 }
@@ -121,6 +122,7 @@ struct ExecContext {
     session_id: String,
     tenant: String,
     metrics: Arc<Metrics>,
+    upstream: Arc<UpstreamTime>,
 }
 
 impl ExecContext {
@@ -148,7 +150,10 @@ impl ExecContext {
                 return ToolOutcome::error(format!("there is no tool named {:?}", call.name));
             };
             let context = CallContext { session_id: &self.session_id, tenant: &self.tenant };
-            self.tools.call(tool, call, &context).await
+            let started = tokio::time::Instant::now();
+            let outcome = self.tools.call(tool, call, &context).await;
+            self.upstream.add(started.elapsed());
+            outcome
         };
         Box::pin(async move {
             let outcome = run.instrument(span).await;

@@ -21,6 +21,7 @@ use crate::{
     telemetry::{
         attributes as attr,
         metrics::{Metrics, ModelCallLabels, ModelLabels},
+        timing::UpstreamTime,
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -32,6 +33,8 @@ pub struct ModelCall<'a> {
     pub tenant: &'a str,
     pub session_id: &'a str,
     pub metrics: &'a Metrics,
+    /// The turn's upstream time (`Server-Timing`).
+    pub upstream: &'a UpstreamTime,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +125,7 @@ pub async fn run(
     };
     let labels = ModelCallLabels { model: labels.model, provider: labels.provider, outcome: outcome.to_string() };
     call.metrics.model_call_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+    call.upstream.add(started.elapsed());
     result.map(|(out, _)| out)
 }
 

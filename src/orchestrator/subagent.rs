@@ -71,6 +71,7 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
             tenant: &context.tenant,
             session_id: &context.session_id,
             metrics: &context.metrics,
+            upstream: &context.upstream,
         };
         let output = match step::run(&call, request, &context.emitter, &context.cancel, &agent).await {
             Ok(output) => output,

@@ -41,7 +41,11 @@ pub(super) enum End {
     Stopped,
 }
 
+/// Runs the turn to its end and records it. Logs one line at its start and
+/// one at its end (ids, outcome and counts: never message text; the span
+/// around the task carries the session, tenant and trace ids).
 pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
+    tracing::info!(model = %handle.doc().model, "turn started");
     let end = match drive(orchestrator, &mut handle).await {
         Ok(end) => end,
         Err(e) => {
@@ -50,12 +54,21 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
         }
     };
     let key = handle.key().id.clone();
-    let result = match end {
+    let state = &handle.doc().turn_state;
+    let (iterations, usage) = (state.iterations, state.usage);
+    let (input_tokens, output_tokens) = (usage.input_tokens, usage.output_tokens);
+    match &end {
         End::Finished(reason) => {
-            let state = &handle.doc().turn_state;
-            let (iterations, usage) = (state.iterations, state.usage);
-            handle.finish(reason, iterations, usage).await
+            tracing::info!(outcome = ?reason, iterations, input_tokens, output_tokens, "turn ended")
         }
+        End::Paused { relays, calls } => {
+            tracing::info!(outcome = "paused", relays = relays.len(), calls = calls.len(), "turn paused")
+        }
+        End::Failed { code, .. } => tracing::info!(outcome = "failed", code = *code, iterations, "turn ended"),
+        End::Stopped => tracing::info!(outcome = "stopped", "turn left to the next lease holder"),
+    }
+    let result = match end {
+        End::Finished(reason) => handle.finish(reason, iterations, usage).await,
         End::Paused { relays, calls } => handle.pause(relays, calls).await,
         End::Failed { code, message } => handle.fail(code, &message).await,
         End::Stopped => Ok(()),
@@ -120,6 +133,7 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             tenant: &tenant,
             session_id: &session_id,
             metrics: handle.sessions().metrics(),
+            upstream: handle.upstream_time(),
         };
         let output = match step::run(
             &model_call,

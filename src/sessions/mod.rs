@@ -148,6 +148,17 @@ impl Sessions {
         &self.inner.metrics
     }
 
+    /// The upstream time of the session's turn, if it runs on this replica
+    /// (a handler that waits for the turn reports it in `Server-Timing`).
+    pub fn upstream_time(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Option<Arc<crate::telemetry::timing::UpstreamTime>> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        self.inner.running.get(&key).map(|running| running.upstream.clone())
+    }
+
     /// Counts what events about to be written say happened: tool results
     /// by kind and outcome, relay decisions. Every event this replica writes
     /// passes here once (a re-announced relay request does not: the

@@ -14,6 +14,7 @@ use crate::{
     protocol::{AgentRef, EventKind, PendingCall, PendingRelay, TurnEndReason},
     providers::Usage,
     store::{LeaseOp, SessionKey, WriteOutcome},
+    telemetry::timing::UpstreamTime,
 };
 
 /// How often a checkpoint re-reads and retries after a concurrent write
@@ -27,11 +28,13 @@ pub(super) struct Running {
     pub cancel: CancellationToken,
     /// Notified when another replica wrote something the turn waits for.
     pub wake: Arc<Notify>,
+    /// Time spent on upstream model and tool calls (`Server-Timing`).
+    pub upstream: Arc<UpstreamTime>,
 }
 
 impl Running {
     pub fn new(cancel: CancellationToken) -> Self {
-        Self { cancel, wake: Arc::new(Notify::new()) }
+        Self { cancel, wake: Arc::new(Notify::new()), upstream: Arc::default() }
     }
 }
 
@@ -101,6 +104,11 @@ impl RunHandle {
     /// Cancelled when the turn must stop: lease lost, cancel, shutdown.
     pub fn cancelled(&self) -> &CancellationToken {
         &self.running.cancel
+    }
+
+    /// Where model and tool calls add the time they waited upstream.
+    pub fn upstream_time(&self) -> &Arc<UpstreamTime> {
+        &self.running.upstream
     }
 
     /// Notified when another replica wrote something for this session.

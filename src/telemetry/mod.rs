@@ -12,12 +12,15 @@
 //!   at `info` and above are exported, whatever `RUST_LOG` says. Span
 //!   attribute names are in [`attributes`]; trace-context propagation and
 //!   links in [`trace`].
+//! - **`Server-Timing`** on non-stream answers splits the gateway's own
+//!   time from upstream model and tool calls ([`timing`]).
 //! - **Metrics** live in [`metrics::Metrics`], one registry per app instance
 //!   (not a process-global recorder), so several replicas in one test process
 //!   keep separate counts.
 
 pub mod attributes;
 pub mod metrics;
+pub mod timing;
 pub mod trace;
 
 use opentelemetry::trace::TracerProvider as _;

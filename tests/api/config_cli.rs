@@ -72,6 +72,7 @@ fn the_shipped_example_configuration_is_valid() {
         .env("ACME_JWT_SECRET", "an-example-secret-of-enough-length")
         .env("OPENAI_API_KEY", "sk-example")
         .env("ANTHROPIC_API_KEY", "sk-ant-example")
+        .env("ACME_OPENAI_API_KEY", "sk-acme-example")
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

@@ -419,3 +419,39 @@ async fn bad_requests_are_refused_and_leave_the_stored_session_unchanged() {
     assert_eq!(w.tools.calls("refund"), 0);
     assert_eq!(w.upstream.calls(), 1);
 }
+
+/// `Server-Timing` entry `name`'s duration in milliseconds.
+fn server_timing(response: &Response, name: &str) -> Option<f64> {
+    let header = response.headers().get("server-timing")?.to_str().ok()?;
+    header.split(',').find_map(|entry| {
+        let mut parts = entry.trim().split(';');
+        (parts.next()? == name).then_some(())?;
+        parts.find_map(|p| p.strip_prefix("dur="))?.parse().ok()
+    })
+}
+
+#[tokio::test]
+async fn a_non_stream_answer_has_server_timing_with_the_upstream_time_apart() {
+    let w = world(1, |_| {}).await;
+    // Two model calls of at least 3 × 40 ms each: the upstream share is at
+    // least 240 ms, whatever the machine.
+    let slow = std::time::Duration::from_millis(40);
+    w.upstream.push(Reply::new().tool_call("call_lookup", "lookup", [r#"{"id":"#, r#""42"}"#]).chunk_delay(slow));
+    w.upstream.push(Reply::new().text(["Order ", "42 ", "shipped."]).chunk_delay(slow));
+    let response = chat(&w, 0, &json!({"ask": "where is order 42?", "model": "mock"})).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let upstream = server_timing(&response, "upstream").expect("an upstream entry");
+    let gateway = server_timing(&response, "gateway").expect("a gateway entry");
+    assert!(upstream >= 240.0, "upstream {upstream} ms");
+    assert!(gateway >= 0.0);
+
+    // A stream has none (its head leaves before the upstream answers); an
+    // answer without upstream calls has an upstream share of 0.
+    w.upstream.push(Reply::new().text(["Hi."]));
+    let streamed = chat(&w, 0, &json!({"ask": "hi", "model": "mock", "stream": true})).await;
+    assert!(streamed.headers().get("server-timing").is_none());
+    SseReader::new(streamed).rest().await;
+    let models = w.apps[0].get_holmes_models(Some(&w.token)).await;
+    assert_eq!(server_timing(&models, "upstream"), Some(0.0));
+    assert!(server_timing(&models, "gateway").is_some());
+}

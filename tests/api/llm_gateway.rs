@@ -227,7 +227,7 @@ async fn bad_input_on_chat_and_relay_is_a_gateway_error_and_stores_and_calls_not
         (json!({"messages": one}), "`model` is required"),
         (json!({"model": "mock"}), "`messages` is required"),
         (json!({"model": "mock", "messages": []}), "must not be empty"),
-        (json!({"model": "mock", "messages": "hi"}), "invalid request body"),
+        (json!({"model": "mock", "messages": "hi"}), "`messages`: invalid type"),
         (json!({"model": "mock", "messages": [user("hi"), {"role": "assistant", "content": "x"}]}), "from the user"),
         (json!({"model": "nope", "messages": one}), "allowed: claude, demo, mock, small"),
         (json!({"model": "mock", "messages": one, "mode": "rlm"}), "not supported"),
@@ -244,16 +244,18 @@ async fn bad_input_on_chat_and_relay_is_a_gateway_error_and_stores_and_calls_not
     let anonymous = app.post_json("/chat", None, &json!({"model": "mock", "messages": one})).await;
     assert_gateway_error(anonymous, StatusCode::UNAUTHORIZED).await;
 
+    // Each message names the field.
     let relay_cases = [
-        json!({"response": {"approved": true}}),
-        json!({"sessionId": "s"}),
-        json!({"sessionId": "s", "response": {}}),
-        json!({"sessionId": "s", "response": {"approved": "yes"}}),
-        json!({"sessionId": 5, "response": {"approved": true}}),
+        (json!({"response": {"approved": true}}), "missing field `sessionId`"),
+        (json!({"sessionId": "s"}), "missing field `response`"),
+        (json!({"sessionId": "s", "response": {}}), "`response`: missing field `approved`"),
+        (json!({"sessionId": "s", "response": {"approved": "yes"}}), "`response.approved`: invalid type"),
+        (json!({"sessionId": 5, "response": {"approved": true}}), "`sessionId`: invalid type"),
     ];
-    for body in relay_cases {
+    for (body, expected) in relay_cases {
         let response = answer_relay(app, &w.token, "relay_x", &body).await;
-        assert!(assert_gateway_error(response, StatusCode::BAD_REQUEST).await.contains("invalid request body"));
+        let message = assert_gateway_error(response, StatusCode::BAD_REQUEST).await;
+        assert!(message.contains(expected), "{body}: {message}");
     }
     let malformed = raw("/chat/relay/relay_x", "{").send().await.unwrap();
     assert_gateway_error(malformed, StatusCode::BAD_REQUEST).await;

@@ -144,6 +144,8 @@ async fn fragments_and_parallel_calls_are_assembled_and_run(model: &str) {
     arguments.sort_by_key(|a| a["id"].as_str().unwrap().to_string());
     assert_eq!(arguments, vec![json!({"id": "42"}), json!({"id": "7"})]);
     assert_eq!(w.tools.bodies("lookup")[0]["session_id"], id.as_str());
+    // Tracing is off in this test binary: no trace context is made up.
+    assert!(w.tools.traceparents("lookup").iter().all(Option::is_none));
     assert_eq!(of_kind(&frames, "tool_result").len(), 2);
     assert!(of_kind(&frames, "tool_result").iter().all(|f| f.data["status"] == "success"));
     let ended = frames.last().unwrap();

@@ -29,7 +29,8 @@ pub enum ToolReply {
 
 #[derive(Default)]
 struct Shared {
-    calls: Mutex<Vec<(String, Value)>>,
+    /// (tool, body, traceparent header)
+    calls: Mutex<Vec<(String, Value, Option<String>)>>,
     replies: Mutex<HashMap<String, ToolReply>>,
 }
 
@@ -65,12 +66,25 @@ impl ToolServer {
 
     /// How many times `tool` was called.
     pub fn calls(&self, tool: &str) -> usize {
-        self.shared.calls.lock().unwrap().iter().filter(|(name, _)| name == tool).count()
+        self.shared.calls.lock().unwrap().iter().filter(|(name, _, _)| name == tool).count()
     }
 
     /// The request bodies `tool` received.
     pub fn bodies(&self, tool: &str) -> Vec<Value> {
-        self.shared.calls.lock().unwrap().iter().filter(|(name, _)| name == tool).map(|(_, b)| b.clone()).collect()
+        self.shared
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _, _)| name == tool)
+            .map(|(_, b, _)| b.clone())
+            .collect()
+    }
+
+    /// The `traceparent` headers `tool` received.
+    pub fn traceparents(&self, tool: &str) -> Vec<Option<String>> {
+        let calls = self.shared.calls.lock().unwrap();
+        calls.iter().filter(|(name, _, _)| name == tool).map(|(_, _, t)| t.clone()).collect()
     }
 
     /// Waits until the server has received `n` calls in all.
@@ -91,10 +105,12 @@ type ServerState = (Arc<Shared>, Arc<watch::Sender<usize>>);
 async fn handle(
     State((shared, count)): State<ServerState>,
     Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
     let reply = shared.replies.lock().unwrap().get(&name).cloned();
-    shared.calls.lock().unwrap().push((name.clone(), body.clone()));
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_string);
+    shared.calls.lock().unwrap().push((name.clone(), body.clone(), traceparent));
     count.send_modify(|c| *c += 1);
     match reply {
         Some(ToolReply::Text(text)) => text.into_response(),
