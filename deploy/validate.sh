@@ -71,6 +71,14 @@ step "compose-spec deploy/docker-compose.yml" \
 
 step "hadolint deploy/Dockerfile" "$bin/hadolint" deploy/Dockerfile
 
+# The dashboard must be JSON Grafana can load; that its queries name real
+# metrics is a test (tests/api/metrics.rs).
+dashboard_json() {
+    "$bin/python" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["panels"] and d["uid"]' \
+        deploy/grafana/dashboards/switchboard.json
+}
+step "grafana dashboard JSON" dashboard_json
+
 if command -v shellcheck >/dev/null 2>&1; then
     step "shellcheck deploy/validate.sh" shellcheck deploy/validate.sh
 else

@@ -164,8 +164,8 @@ fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLi
         )
         // The id goes back on every response, errors included.
         .layer(PropagateRequestIdLayer::new(request_id))
-        // Counts what the client finally got, after error rendering, and
-        // adds Server-Timing to non-stream answers.
+        // Counts and logs what the client finally got, after error
+        // rendering, and adds Server-Timing to non-stream answers.
         .layer(middleware::from_fn_with_state(state.clone(), track_http))
         // The one rescue: every error response gets the JSON body here.
         .layer(middleware::from_fn(error::render_errors))
@@ -216,14 +216,13 @@ fn request_span(replica: &str, request: &Request) -> tracing::Span {
     span
 }
 
-/// The access log line (its span has the ids) and the span's status.
-fn record_status(response: &Response, latency: std::time::Duration, span: &tracing::Span) {
+/// The span's status.
+fn record_status(response: &Response, _latency: std::time::Duration, span: &tracing::Span) {
     let status = response.status();
     span.record(attr::HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16()));
     if status.is_server_error() {
         span.record(attr::OTEL_STATUS_CODE, "ERROR");
     }
-    tracing::info!(status = status.as_u16(), latency_ms = latency.as_millis() as u64, "request answered");
 }
 
 async fn track_http(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -233,7 +232,16 @@ async fn track_http(State(state): State<AppState>, request: Request, next: Next)
     let method = request.method().to_string();
     let mut response = next.run(request).await;
     let elapsed = started.elapsed();
-    state.metrics.observe_http(&route, &method, response.status().as_u16(), elapsed);
+    let status = response.status().as_u16();
+    state.metrics.observe_http(&route, &method, status, elapsed);
     timing::server_timing(&mut response, elapsed);
+    // The access log line (the request span around it has the ids); probes
+    // and scrapes only at debug.
+    let latency_ms = elapsed.as_millis() as u64;
+    if auth::PUBLIC_PATHS.contains(&route.as_str()) {
+        tracing::debug!(status, latency_ms, "request answered");
+    } else {
+        tracing::info!(status, latency_ms, "request answered");
+    }
     response
 }

@@ -145,8 +145,33 @@ rate_limit = { requests_per_second = 1, burst = 1 }
     assert!(d.of("switchboard_store_operation_duration_seconds_count", &appends) >= 2.0);
     assert_eq!(sample(&after_streams, "switchboard_open_streams", &[("dialect", "native")]), 0.0);
 
+    assert_dashboard_queries_exist(&after);
+
     // No session or user ids in any label.
     for line in after.lines().filter(|l| !l.starts_with('#')) {
         assert!(!line.contains(&id) && !line.contains("alice") && !line.contains("ivan"), "{line}");
+    }
+}
+
+/// Every metric `deploy/grafana/dashboards/switchboard.json` queries is in
+/// `text` (families appear once they have a sample, so `text` is a scrape
+/// after a workload that touches them all).
+fn assert_dashboard_queries_exist(text: &str) {
+    let exported: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/dashboards/switchboard.json");
+    let dashboard = std::fs::read_to_string(path).unwrap();
+    let mut queried: Vec<String> = dashboard
+        .match_indices("switchboard_")
+        .map(|(at, _)| {
+            let name: String = dashboard[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            let base = ["_bucket", "_count", "_sum", "_total"].iter().find_map(|s| name.strip_suffix(s));
+            base.unwrap_or(&name).to_string()
+        })
+        .collect();
+    queried.sort();
+    queried.dedup();
+    assert!(queried.len() >= 10, "{queried:?}");
+    for name in &queried {
+        assert!(exported.contains(&name.as_str()), "the dashboard queries {name}, which /metrics does not have");
     }
 }
