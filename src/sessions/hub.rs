@@ -2,16 +2,18 @@
 //! to the clients following sessions on this replica.
 //!
 //! Writing: every session on the replica sends its events to one writer task.
-//! The writer waits a few milliseconds for more, merges adjacent text deltas
-//! of the same session and agent, and appends everything it holds in one
-//! pipelined store call. An event is broadcast to followers only after that
-//! append succeeded: nothing reaches a client before it is durable.
+//! The writer waits a few milliseconds for more (unless an append someone
+//! waits for arrives: that goes at once), merges adjacent text deltas of the
+//! same session and agent, and appends everything it holds in one pipelined
+//! store call. An event is broadcast to followers only after that append
+//! succeeded: nothing reaches a client before it is durable.
 //!
 //! Following: each followed session has a [`Feed`] (a broadcast channel).
 //! Events appended here are broadcast by the writer straight from memory.
 //! Events appended on other replicas arrive as one `Notice::Appended` on the
 //! replica's single subscription; the hub then reads the missing range once
-//! and broadcasts it to every local follower of that session. A follower
+//! and broadcasts it to every local follower of that session. Notices of its
+//! own appends are ignored: those were broadcast from memory already. A follower
 //! subscribes to its feed, replays from the store after its cursor, and then
 //! takes live events, skipping seqs it already has and re-reading the store
 //! when it sees a gap (a lagged broadcast, a missed notice).
@@ -315,7 +317,10 @@ impl EventHub {
             let mut commands = vec![first];
             let deadline = tokio::time::sleep(COALESCE_WINDOW);
             tokio::pin!(deadline);
-            while commands.len() < MAX_BATCH {
+            // A durable append (a checkpoint waits for it) goes at once,
+            // with whatever deltas came before it; deltas alone wait for the
+            // window to merge.
+            while commands.len() < MAX_BATCH && commands.iter().all(|c| c.ack.is_none()) {
                 tokio::select! {
                     command = inbox.recv() => match command {
                         Some(command) => commands.push(command),
@@ -361,8 +366,15 @@ impl EventHub {
         }
         let results = self.inner.store.log.append(&batches).await;
         for ((key, events, acks), result) in groups.into_iter().zip(results) {
-            if let Ok((first, _)) = &result {
-                self.broadcast_local(&key, *first, events).await;
+            match &result {
+                Ok((first, _)) => self.broadcast_local(&key, *first, events).await,
+                // The append may have happened all the same (an answer lost
+                // on the way back): followers here get whatever the log has.
+                Err(_) => {
+                    if let Some(feed) = self.inner.feeds.get(&key).map(|f| f.clone()) {
+                        self.fill(&key, &feed).await;
+                    }
+                }
             }
             for ack in acks {
                 let _ = ack.send(result.clone());
@@ -394,7 +406,10 @@ impl EventHub {
             };
             match notice {
                 None => break,
-                Some(Notice::Appended { key, last_seq }) => {
+                // Our own append: the writer broadcasts it from memory (and
+                // re-reads the log itself if the append's answer was lost).
+                Some(Notice::Appended { by: Some(by), .. }) if by == self.inner.replica => {}
+                Some(Notice::Appended { key, last_seq, .. }) => {
                     let Some(feed) = self.inner.feeds.get(&key).map(|f| f.clone()) else { continue };
                     let behind = feed.last_seq.lock().await.is_some_and(|l| l < last_seq);
                     if behind {

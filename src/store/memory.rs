@@ -235,7 +235,11 @@ impl EventLog for MemoryStore {
                     let excess = session.log.len().saturating_sub(self.max_len);
                     session.log.drain(..excess);
                     if inner.watched.contains_key(&batch.key) {
-                        notices.push(Notice::Appended { key: batch.key.clone(), last_seq: session.last_seq });
+                        notices.push(Notice::Appended {
+                            key: batch.key.clone(),
+                            last_seq: session.last_seq,
+                            by: Some(batch.replica.clone()),
+                        });
                     }
                     Ok((first, session.last_seq))
                 })

@@ -206,8 +206,9 @@ pub trait RelayIndex: Send + Sync {
 /// A wake-up heard on this replica's one subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    /// The session's log now ends at `last_seq`.
-    Appended { key: SessionKey, last_seq: u64 },
+    /// The session's log now ends at `last_seq`; `by` is the replica that
+    /// appended (`None` from a replica too old to say).
+    Appended { key: SessionKey, last_seq: u64, by: Option<String> },
     /// Something was written to the session's state that its owner should
     /// look at (a relay decision, a cancel).
     Wake { key: SessionKey },

@@ -280,14 +280,19 @@ async fn unsubscribe(sink: &mut PubSubSink, channel: &str) -> Result<(), String>
     }
 }
 
-/// `e:<last_seq>` → [`Notice::Appended`]; `w` → [`Notice::Wake`].
+/// `e:<last_seq>:<replica>` (or `e:<last_seq>`) → [`Notice::Appended`];
+/// `w` → [`Notice::Wake`].
 fn parse_notice(key: &SessionKey, payload: &[u8]) -> Option<Notice> {
     let payload = std::str::from_utf8(payload).ok()?;
     if payload == "w" {
         return Some(Notice::Wake { key: key.clone() });
     }
-    let last_seq = payload.strip_prefix("e:")?.parse().ok()?;
-    Some(Notice::Appended { key: key.clone(), last_seq })
+    let appended = payload.strip_prefix("e:")?;
+    let (last_seq, by) = match appended.split_once(':') {
+        Some((seq, replica)) => (seq, Some(replica.to_string())),
+        None => (appended, None),
+    };
+    Some(Notice::Appended { key: key.clone(), last_seq: last_seq.parse().ok()?, by })
 }
 
 #[cfg(test)]
@@ -297,7 +302,11 @@ mod tests {
     #[test]
     fn payloads_become_notices() {
         let key = SessionKey::new("acme", "s1");
-        assert_eq!(parse_notice(&key, b"e:42"), Some(Notice::Appended { key: key.clone(), last_seq: 42 }));
+        let appended =
+            |last_seq, by: Option<&str>| Notice::Appended { key: key.clone(), last_seq, by: by.map(Into::into) };
+        assert_eq!(parse_notice(&key, b"e:42:replica-a"), Some(appended(42, Some("replica-a"))));
+        assert_eq!(parse_notice(&key, b"e:42"), Some(appended(42, None)));
+        assert_eq!(parse_notice(&key, b"e:x:a"), None);
         assert_eq!(parse_notice(&key, b"w"), Some(Notice::Wake { key: key.clone() }));
         assert_eq!(parse_notice(&key, b"e:"), None);
         assert_eq!(parse_notice(&key, b"x"), None);

@@ -9,6 +9,8 @@
 --
 -- Entry ids are "0-<seq>": with the explicit id "0-*" Redis picks the next
 -- sequence number, so seqs are gapless, 1-based, and survive trimming.
+-- Announces "e:<last seq>:<replica>" on the channel (the appending replica
+-- feeds its own followers from memory and ignores its own notices).
 -- Returns {first id, last id}, or the error NOTLEASEHOLDER with nothing
 -- appended.
 
@@ -22,5 +24,5 @@ for i = 5, #ARGV do
 end
 if not last then return {'0-0', '0-0'} end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PUBLISH', ARGV[4], 'e:' .. string.sub(last, 3))
+redis.call('PUBLISH', ARGV[4], 'e:' .. string.sub(last, 3) .. ':' .. ARGV[1])
 return {first, last}

@@ -17,9 +17,9 @@ async fn a_watcher_hears_appends(backend: Backend) {
     create_owned(&h.store, &k, "a").await;
     h.store.notifications.watch(&k).await.unwrap();
     append_numbered(&h.store, &k, 1, 3).await;
-    assert_eq!(next_notice(&mut h.notices).await, Notice::Appended { key: k.clone(), last_seq: 3 });
+    assert_eq!(next_notice(&mut h.notices).await, appended(k.clone(), 3));
     append_numbered(&h.store, &k, 4, 4).await;
-    assert_eq!(next_notice(&mut h.notices).await, Notice::Appended { key: k, last_seq: 4 });
+    assert_eq!(next_notice(&mut h.notices).await, appended(k, 4));
 }
 
 async fn a_watcher_hears_wakes(backend: Backend) {
@@ -42,7 +42,7 @@ async fn after_unwatch_appends_are_not_heard(backend: Backend) {
     append_numbered(&h.store, &gone, 1, 1).await;
     h.store.notifications.wake(&gone).await.unwrap();
     append_numbered(&h.store, &kept, 1, 2).await;
-    assert_eq!(next_notice(&mut h.notices).await, Notice::Appended { key: kept, last_seq: 2 });
+    assert_eq!(next_notice(&mut h.notices).await, appended(kept, 2));
 }
 
 async fn watching_is_counted(backend: Backend) {
@@ -56,16 +56,22 @@ async fn watching_is_counted(backend: Backend) {
     h.store.notifications.watch(&k).await.unwrap();
     h.store.notifications.unwatch(&k).await.unwrap();
     append_numbered(&h.store, &k, 1, 1).await;
-    assert_eq!(next_notice(&mut h.notices).await, Notice::Appended { key: k.clone(), last_seq: 1 });
+    assert_eq!(next_notice(&mut h.notices).await, appended(k.clone(), 1));
     h.store.notifications.unwatch(&k).await.unwrap();
     // Unwatching more often than watching is harmless.
     h.store.notifications.unwatch(&k).await.unwrap();
     append_numbered(&h.store, &k, 2, 2).await;
     append_numbered(&h.store, &marker, 1, 1).await;
-    assert_eq!(next_notice(&mut h.notices).await, Notice::Appended { key: marker, last_seq: 1 });
+    assert_eq!(next_notice(&mut h.notices).await, appended(marker, 1));
 }
 
 async fn the_store_is_healthy(backend: Backend) {
     let h = backend.open();
     assert_eq!(h.store.health.ping().await, Ok(()));
+}
+
+/// The notice of an append by replica `a` (every append here is `a`'s): the
+/// appending replica is named, so it can skip its own notices.
+fn appended(key: SessionKey, last_seq: u64) -> Notice {
+    Notice::Appended { key, last_seq, by: Some("a".to_string()) }
 }
