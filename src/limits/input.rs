@@ -6,8 +6,8 @@
 //! - [`body`] — the body is read here, with `server.body_read_timeout_secs`
 //!   for the whole of it (408: a client trickling bytes cannot hold a task
 //!   forever) and `server.max_body_bytes` (413); then its JSON shape is
-//!   checked: nesting depth and string length (400). Handlers get the
-//!   buffered body back.
+//!   checked: nesting depth and string length, and that it is not a top-level
+//!   array (400). Handlers get the buffered body back.
 //!
 //! The header read timeout itself is a connection setting (`server.rs`).
 
@@ -82,6 +82,12 @@ fn too_large(limits: &InputLimits) -> ApiError {
 /// that are not JSON pass: the handler's parser rejects them with a better
 /// message.
 fn check_json_shape(bytes: &[u8], limits: &InputLimits) -> Result<(), ApiError> {
+    // Every endpoint takes an object. serde would also read a struct from an
+    // array of its fields in order (`["hi"]` as `{"content": "hi"}`), a
+    // second syntax no client is meant to use: refuse it here, once.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::bad_request("the request body must be a JSON object, not an array"));
+    }
     let mut depth: u32 = 0;
     let mut string_start: Option<usize> = None;
     let mut escaped = false;
@@ -137,22 +143,30 @@ mod tests {
         assert!(shape(r#"{"a":[{"b":[1]}]}"#, 3, 100).unwrap_err().contains("deeper than 3"));
         assert!(shape(r#"{"a":"[[[[[[[[{{{{{"}"#, 1, 100).is_ok());
         // Siblings do not add up: depth goes back down on close.
-        assert!(shape(r#"[[1],[2],[3],[4]]"#, 2, 100).is_ok());
+        assert!(shape(r#"{"a":[[1],[2],[3],[4]]}"#, 3, 100).is_ok());
+    }
+
+    #[test]
+    fn a_top_level_array_is_refused_and_other_values_go_to_the_parser() {
+        assert!(shape(" \n [\"hi\"]", 8, 100).unwrap_err().contains("must be a JSON object"));
+        for passes in ["", "{}", "\"hi\"", "5", "null"] {
+            assert!(shape(passes, 8, 100).is_ok(), "{passes}");
+        }
     }
 
     #[test]
     fn string_length_counts_keys_and_values_and_skips_escaped_quotes() {
         assert!(shape(r#"{"abcd":"efgh"}"#, 8, 4).is_ok());
         assert!(shape(r#"{"abcde":1}"#, 8, 4).unwrap_err().contains("longer than 4"));
-        assert!(shape(r#"["abcde"]"#, 8, 4).is_err());
+        assert!(shape(r#"{"a":["abcde"]}"#, 8, 4).unwrap_err().contains("longer"));
         // `\"` does not end the string: the string is 6 bytes as sent.
-        assert!(shape(r#"["ab\"cd"]"#, 8, 5).is_err());
-        assert!(shape(r#"["ab\"c"]"#, 8, 5).is_ok());
-        assert!(shape(r#"["abcd\""]"#, 8, 5).is_err());
+        assert!(shape(r#"{"a":"ab\"cd"}"#, 8, 5).is_err());
+        assert!(shape(r#"{"a":"ab\"c"}"#, 8, 5).is_ok());
+        assert!(shape(r#"{"a":"abcd\""}"#, 8, 5).is_err());
         // An escaped backslash does not escape the closing quote: the nesting
         // after the string is seen.
-        assert!(shape(r#"["a\\"]"#, 8, 3).is_ok());
-        assert!(shape(r#"["a\\",[[1]]]"#, 2, 3).unwrap_err().contains("deeper"));
+        assert!(shape(r#"{"a":"a\\"}"#, 8, 3).is_ok());
+        assert!(shape(r#"{"a":"a\\","b":[[1]]}"#, 2, 3).unwrap_err().contains("deeper"));
     }
 
     #[test]

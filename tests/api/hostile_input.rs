@@ -91,6 +91,26 @@ async fn deep_json_and_long_strings_are_refused_on_every_endpoint_before_the_sto
 }
 
 #[tokio::test]
+async fn array_bodies_are_refused_and_start_nothing() {
+    let app = app().await;
+    let token = app.token("acme", "alice");
+    let id = app.create_session(&token, "mock").await;
+    let before = store_snapshot(&app).await;
+    // serde would read these as the structs' fields in order.
+    for (path, body) in [
+        (format!("/v1/sessions/{id}/messages"), r#"["hi"]"#),
+        ("/api/chat".to_string(), r#"["why?", null, "demo"]"#),
+        ("/chat".to_string(), r#" ["mock", [{"role": "user", "content": "hi"}]]"#),
+    ] {
+        let response = post_raw(&app, &path, &token, body.to_string()).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        assert!(message(response).await.contains("must be a JSON object"), "{path}");
+    }
+    assert_eq!(store_snapshot(&app).await, before);
+    assert_eq!(app.upstream.calls(), 0);
+}
+
+#[tokio::test]
 async fn a_chunked_body_over_the_limit_is_refused_without_a_content_length() {
     let app = app().await;
     let token = app.token("acme", "alice");
