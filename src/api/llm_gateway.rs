@@ -22,11 +22,12 @@ use serde_json::{Value, json};
 
 use super::sse;
 use crate::{
+    api::openai_messages::WireMessage,
     app::AppState,
     auth::Principal,
     error::ApiError,
     protocol::llm_gateway::LlmGatewayEncoder,
-    providers::{ChatMessage, ImagePart, Role, ToolCall},
+    providers::{ChatMessage, Role},
     sessions::{
         SessionError,
         state::{ApprovalMode, PermissionRules, RelayDecision, SessionOptions},
@@ -116,53 +117,6 @@ struct RawChat {
     max_depth: Option<u32>,
 }
 
-/// One message as llm-gateway sends it (OpenAI's shape).
-#[derive(Debug, Deserialize)]
-struct WireMessage {
-    role: Role,
-    #[serde(default)]
-    content: Option<Content>,
-    #[serde(default)]
-    tool_calls: Vec<WireToolCall>,
-    #[serde(default)]
-    tool_call_id: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<ContentPart>),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ContentPart {
-    Text { text: String },
-    ImageUrl { image_url: ImageUrl },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum ImageUrl {
-    Url(String),
-    Object { url: String, detail: Option<String> },
-}
-
-#[derive(Debug, Deserialize)]
-struct WireToolCall {
-    id: String,
-    function: WireFunction,
-}
-
-#[derive(Debug, Deserialize)]
-struct WireFunction {
-    name: String,
-    /// JSON text (OpenAI), or the arguments as an object.
-    #[serde(default)]
-    arguments: Value,
-}
-
 impl ChatRequest {
     fn parse(body: &[u8]) -> Result<Self, String> {
         let raw: RawChat = from_json(body)?;
@@ -202,52 +156,21 @@ impl ChatRequest {
     }
 }
 
-/// One wire message as a canonical one.
+/// One wire message as a canonical one, with llm-gateway's rules: tool calls
+/// only from the assistant, a `tool_call_id` exactly on tool messages,
+/// images only from the user.
 fn message(value: Value) -> Result<ChatMessage, String> {
-    let wire: WireMessage = serde_json::from_value(value).map_err(|e| e.to_string())?;
-    if !wire.tool_calls.is_empty() && wire.role != Role::Assistant {
+    let message = serde_json::from_value::<WireMessage>(value).map_err(|e| e.to_string())?.to_message();
+    if !message.tool_calls.is_empty() && message.role != Role::Assistant {
         return Err("only assistant messages may have `tool_calls`".into());
     }
-    if wire.tool_call_id.is_some() != (wire.role == Role::Tool) {
+    if message.tool_call_id.is_some() != (message.role == Role::Tool) {
         return Err("a tool message needs a `tool_call_id`, and only a tool message may have one".into());
     }
-    let mut images = Vec::new();
-    let content = match wire.content {
-        None => None,
-        Some(Content::Text(text)) => Some(text),
-        Some(Content::Parts(parts)) => {
-            let mut text = Vec::new();
-            for part in parts {
-                match part {
-                    ContentPart::Text { text: t } => text.push(t),
-                    ContentPart::ImageUrl { image_url: ImageUrl::Url(url) } => {
-                        images.push(ImagePart { url, detail: None, format: None })
-                    }
-                    ContentPart::ImageUrl { image_url: ImageUrl::Object { url, detail } } => {
-                        images.push(ImagePart { url, detail, format: None })
-                    }
-                }
-            }
-            (!text.is_empty()).then(|| text.join("\n"))
-        }
-    };
-    if !images.is_empty() && wire.role != Role::User {
+    if !message.images.is_empty() && message.role != Role::User {
         return Err("only user messages may have images".into());
     }
-    let tool_calls = wire
-        .tool_calls
-        .into_iter()
-        .map(|call| ToolCall {
-            id: call.id,
-            name: call.function.name,
-            arguments: match call.function.arguments {
-                Value::String(text) => text,
-                Value::Null => "{}".into(),
-                other => other.to_string(),
-            },
-        })
-        .collect();
-    Ok(ChatMessage { role: wire.role, content, images, tool_calls, tool_call_id: wire.tool_call_id })
+    Ok(message)
 }
 
 /// The conversation must end with a user message, and every assistant tool

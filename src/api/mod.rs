@@ -4,6 +4,7 @@
 mod holmes;
 mod llm_gateway;
 mod native;
+mod openai_messages;
 mod ops;
 mod sse;
 

@@ -9,8 +9,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::{
+    api::openai_messages::{ImageInput, WireMessage},
     error::{ApiError, ErrorCode},
-    providers::{ChatMessage, ImagePart, Role, ToolCall},
+    providers::{ChatMessage, Role},
     sessions::state::FrontendTool,
 };
 
@@ -19,7 +20,7 @@ pub struct ChatRequest {
     /// The question; may be `""` on a resume (and is then not used).
     pub ask: String,
     #[serde(default)]
-    pub conversation_history: Option<Vec<HistoryMessage>>,
+    pub conversation_history: Option<Vec<WireMessage>>,
     /// A model alias; the tenant's first one by default.
     #[serde(default)]
     pub model: Option<String>,
@@ -62,54 +63,6 @@ pub struct FrontendToolResult {
     pub result: String,
 }
 
-/// An image: a URL or `data:` URI, or `{url, detail?, format?}`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum ImageInput {
-    Url(String),
-    Part(ImagePart),
-}
-
-/// An OpenAI-format message of `conversation_history`.
-#[derive(Debug, Deserialize)]
-pub struct HistoryMessage {
-    role: Role,
-    #[serde(default)]
-    content: Option<Content>,
-    #[serde(default)]
-    tool_calls: Option<Vec<HistoryToolCall>>,
-    #[serde(default)]
-    tool_call_id: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<ContentPart>),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ContentPart {
-    Text { text: String },
-    ImageUrl { image_url: ImageInput },
-}
-
-#[derive(Debug, Deserialize)]
-struct HistoryToolCall {
-    id: String,
-    function: HistoryFunction,
-}
-
-#[derive(Debug, Deserialize)]
-struct HistoryFunction {
-    name: String,
-    /// JSON text in OpenAI's format; some clients send the object.
-    #[serde(default)]
-    arguments: Option<Value>,
-}
-
 impl ChatRequest {
     /// A resume answers a paused turn: it carries decisions or results.
     pub fn is_resume(&self) -> bool {
@@ -121,69 +74,19 @@ impl ChatRequest {
     /// its first message must be the system message.
     pub fn history(&self) -> Result<Option<Vec<ChatMessage>>, ApiError> {
         let Some(history) = self.conversation_history.as_ref().filter(|h| !h.is_empty()) else { return Ok(None) };
-        if history[0].role != Role::System {
+        if history[0].role() != Role::System {
             return Err(ApiError::new(
                 ErrorCode::ValidationFailed,
                 "conversation_history[0]: the first message must have role \"system\"",
             ));
         }
-        Ok(Some(history.iter().map(HistoryMessage::to_message).collect()))
+        Ok(Some(history.iter().map(WireMessage::to_message).collect()))
     }
 
     /// The user message of a new turn.
     pub fn user_message(&self) -> ChatMessage {
         let images = self.images.iter().flatten().map(ImageInput::to_part).collect();
         ChatMessage { images, ..ChatMessage::text(Role::User, self.ask.clone()) }
-    }
-}
-
-impl ImageInput {
-    fn to_part(&self) -> ImagePart {
-        match self {
-            Self::Url(url) => ImagePart { url: url.clone(), detail: None, format: None },
-            Self::Part(part) => part.clone(),
-        }
-    }
-}
-
-impl HistoryMessage {
-    fn to_message(&self) -> ChatMessage {
-        let (content, images) = match &self.content {
-            None => (None, Vec::new()),
-            Some(Content::Text(text)) => (Some(text.clone()), Vec::new()),
-            Some(Content::Parts(parts)) => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
-                        ContentPart::ImageUrl { .. } => None,
-                    })
-                    .collect();
-                let images = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::ImageUrl { image_url } => Some(image_url.to_part()),
-                        ContentPart::Text { .. } => None,
-                    })
-                    .collect();
-                ((!texts.is_empty()).then(|| texts.join("\n")), images)
-            }
-        };
-        let tool_calls = self
-            .tool_calls
-            .iter()
-            .flatten()
-            .map(|c| ToolCall {
-                id: c.id.clone(),
-                name: c.function.name.clone(),
-                arguments: match &c.function.arguments {
-                    None | Some(Value::Null) => "{}".to_string(),
-                    Some(Value::String(text)) => text.clone(),
-                    Some(other) => other.to_string(),
-                },
-            })
-            .collect();
-        ChatMessage { role: self.role, content, images, tool_calls, tool_call_id: self.tool_call_id.clone() }
     }
 }
 
@@ -214,8 +117,8 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
 /// Parses a history we rendered ourselves (an `approval_required` event's),
 /// to index it as the client will send it back.
 pub fn parse_history(history: &Value) -> Option<Vec<ChatMessage>> {
-    let messages: Vec<HistoryMessage> = serde_json::from_value(history.clone()).ok()?;
-    Some(messages.iter().map(HistoryMessage::to_message).collect())
+    let messages: Vec<WireMessage> = serde_json::from_value(history.clone()).ok()?;
+    Some(messages.iter().map(WireMessage::to_message).collect())
 }
 
 /// Every tool call of the history must be answered before the next
@@ -254,7 +157,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::protocol::holmes::render_history;
+    use crate::{
+        protocol::holmes::render_history,
+        providers::{ImagePart, ToolCall},
+    };
 
     #[test]
     fn a_rendered_history_parses_back_to_the_same_messages() {
