@@ -25,63 +25,26 @@ use std::collections::{HashMap, VecDeque};
 use async_trait::async_trait;
 use bytes::Bytes;
 use eventsource_stream::Event;
-use reqwest::{
-    RequestBuilder,
-    header::{ACCEPT, CONTENT_TYPE, HeaderValue},
-};
+use reqwest::{RequestBuilder, header::HeaderValue};
 use serde_json::{Value, json};
 
 use super::{
     ChatMessage, FinishReason, ImagePart, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role,
     Usage,
-    retry::{self, Upstream},
+    retry::{self, Endpoint},
     sse::Decoder,
 };
-use crate::config::{ModelConfig, Resilience, Secret};
+use crate::config::{ModelConfig, Secret};
 
 const API_VERSION: &str = "2023-06-01";
 
 pub struct AnthropicProvider {
-    client: reqwest::Client,
-    url: String,
-    model: String,
-    api_key: Option<Secret>,
-    max_output_tokens: u32,
-    resilience: Resilience,
+    endpoint: Endpoint,
 }
 
 impl AnthropicProvider {
     pub fn new(model: &ModelConfig) -> Self {
-        Self {
-            client: retry::client(&model.resilience),
-            url: format!("{}/messages", model.base_url),
-            model: model.model.clone(),
-            api_key: model.api_key.clone(),
-            max_output_tokens: model.max_output_tokens,
-            resilience: model.resilience,
-        }
-    }
-
-    /// The one place an upstream request is built: every header is added
-    /// here, the W3C trace context of the current (`chat`) span included.
-    fn request(&self, body: Bytes) -> RequestBuilder {
-        let mut headers = reqwest::header::HeaderMap::new();
-        crate::telemetry::trace::inject_current(&mut headers);
-        let builder = self
-            .client
-            .post(&self.url)
-            .headers(headers)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
-            .header("anthropic-version", API_VERSION)
-            .body(body);
-        match self.api_key.as_ref().and_then(|key| HeaderValue::from_str(key.expose()).ok()) {
-            Some(mut key) => {
-                key.set_sensitive(true);
-                builder.header("x-api-key", key)
-            }
-            None => builder,
-        }
+        Self { endpoint: Endpoint::new(model, "/messages") }
     }
 }
 
@@ -92,17 +55,19 @@ impl ModelProvider for AnthropicProvider {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
-        let model = if request.model.is_empty() { self.model.as_str() } else { request.model.as_str() };
-        let max_tokens =
-            if request.max_output_tokens == 0 { self.max_output_tokens } else { request.max_output_tokens };
+        let (model, max_tokens) = self.endpoint.model_and_limit(&request);
         let body = Bytes::from(request_body(&request, model, max_tokens).to_string());
-        let upstream = Upstream {
-            provider: self.name(),
-            model,
-            resilience: self.resilience,
-            api_key: self.api_key.as_ref().map(Secret::expose),
+        let auth = |builder: RequestBuilder, key: Option<&Secret>| {
+            let builder = builder.header("anthropic-version", API_VERSION);
+            match key.and_then(|key| HeaderValue::from_str(key.expose()).ok()) {
+                Some(mut key) => {
+                    key.set_sensitive(true);
+                    builder.header("x-api-key", key)
+                }
+                None => builder,
+            }
         };
-        retry::open(&upstream, || self.request(body.clone()), EventDecoder::default).await
+        self.endpoint.stream(self.name(), model, body, auth, EventDecoder::default).await
     }
 }
 

@@ -17,57 +17,23 @@ use std::collections::{BTreeMap, VecDeque};
 use async_trait::async_trait;
 use bytes::Bytes;
 use eventsource_stream::Event;
-use reqwest::{
-    RequestBuilder,
-    header::{ACCEPT, CONTENT_TYPE},
-};
+use reqwest::RequestBuilder;
 use serde_json::{Value, json};
 
 use super::{
     ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role, Usage,
-    retry::{self, Upstream},
+    retry::{self, Endpoint},
     sse::Decoder,
 };
-use crate::config::{ModelConfig, Resilience, Secret};
+use crate::config::{ModelConfig, Secret};
 
 pub struct OpenAiProvider {
-    client: reqwest::Client,
-    url: String,
-    model: String,
-    api_key: Option<Secret>,
-    max_output_tokens: u32,
-    resilience: Resilience,
+    endpoint: Endpoint,
 }
 
 impl OpenAiProvider {
     pub fn new(model: &ModelConfig) -> Self {
-        Self {
-            client: retry::client(&model.resilience),
-            url: format!("{}/chat/completions", model.base_url),
-            model: model.model.clone(),
-            api_key: model.api_key.clone(),
-            max_output_tokens: model.max_output_tokens,
-            resilience: model.resilience,
-        }
-    }
-
-    /// The one place an upstream request is built: every header is added
-    /// here, the W3C trace context of the current (`chat`) span included.
-    fn request(&self, body: Bytes) -> RequestBuilder {
-        let mut headers = reqwest::header::HeaderMap::new();
-        crate::telemetry::trace::inject_current(&mut headers);
-        let builder = self
-            .client
-            .post(&self.url)
-            .headers(headers)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
-            .body(body);
-        match &self.api_key {
-            // `bearer_auth` marks the header sensitive, so it is never logged.
-            Some(key) => builder.bearer_auth(key.expose()),
-            None => builder,
-        }
+        Self { endpoint: Endpoint::new(model, "/chat/completions") }
     }
 }
 
@@ -78,17 +44,14 @@ impl ModelProvider for OpenAiProvider {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
-        let model = if request.model.is_empty() { self.model.as_str() } else { request.model.as_str() };
-        let max_tokens =
-            if request.max_output_tokens == 0 { self.max_output_tokens } else { request.max_output_tokens };
+        let (model, max_tokens) = self.endpoint.model_and_limit(&request);
         let body = Bytes::from(request_body(&request, model, max_tokens).to_string());
-        let upstream = Upstream {
-            provider: self.name(),
-            model,
-            resilience: self.resilience,
-            api_key: self.api_key.as_ref().map(Secret::expose),
+        // `bearer_auth` marks the header sensitive, so it is never logged.
+        let auth = |builder: RequestBuilder, key: Option<&Secret>| match key {
+            Some(key) => builder.bearer_auth(key.expose()),
+            None => builder,
         };
-        retry::open(&upstream, || self.request(body.clone()), ChunkDecoder::default).await
+        self.endpoint.stream(self.name(), model, body, auth, ChunkDecoder::default).await
     }
 }
 

@@ -1,4 +1,5 @@
-//! Resilience shared by the HTTP providers: one call to [`open`] sends a
+//! What the HTTP providers share: the [`Endpoint`] they call (client, URL,
+//! key, the request's headers), and resilience: one call to [`open`] sends a
 //! request, retries what is worth retrying, and hands back a stream only once
 //! its first event has arrived.
 //!
@@ -15,18 +16,19 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use reqwest::{
     RequestBuilder, Response, StatusCode,
-    header::{CONTENT_TYPE, RETRY_AFTER},
+    header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER},
 };
 use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::{
-    ModelStream, ProviderError,
+    ModelRequest, ModelStream, ProviderError,
     sse::{Decoder, Pump, describe, timeout_first_byte},
 };
-use crate::config::Resilience;
+use crate::config::{ModelConfig, Resilience, Secret};
 
 /// Longest wait between two attempts, whatever `Retry-After` asks for.
 const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -42,6 +44,72 @@ pub(super) fn client(resilience: &Resilience) -> reqwest::Client {
         .build()
         // Only fails when the TLS backend cannot start: nothing would work.
         .expect("the HTTP client for model providers can be built")
+}
+
+/// What an HTTP provider calls: its client, endpoint, model, key and limits.
+/// The providers add only their wire format and their auth headers.
+pub(super) struct Endpoint {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<Secret>,
+    max_output_tokens: u32,
+    resilience: Resilience,
+}
+
+impl Endpoint {
+    /// `path` follows the model's base URL (`/chat/completions`, `/messages`).
+    pub fn new(model: &ModelConfig, path: &str) -> Self {
+        Self {
+            client: client(&model.resilience),
+            url: format!("{}{path}", model.base_url),
+            model: model.model.clone(),
+            api_key: model.api_key.clone(),
+            max_output_tokens: model.max_output_tokens,
+            resilience: model.resilience,
+        }
+    }
+
+    /// The upstream model id and output limit for `request`: its own when it
+    /// sets them, else the configured ones.
+    pub fn model_and_limit<'a>(&'a self, request: &'a ModelRequest) -> (&'a str, u32) {
+        let model = if request.model.is_empty() { self.model.as_str() } else { request.model.as_str() };
+        let limit = if request.max_output_tokens == 0 { self.max_output_tokens } else { request.max_output_tokens };
+        (model, limit)
+    }
+
+    /// Streams `body` through [`open`]. The one place an upstream request
+    /// is built: JSON in, SSE out, the W3C trace context of the current
+    /// (`chat`) span, and the provider's own headers from `auth` (given the
+    /// key, if any; it must mark the key's header sensitive).
+    pub async fn stream<D: Decoder>(
+        &self,
+        provider: &'static str,
+        model: &str,
+        body: Bytes,
+        auth: impl Fn(RequestBuilder, Option<&Secret>) -> RequestBuilder,
+        decoder: impl Fn() -> D,
+    ) -> Result<ModelStream, ProviderError> {
+        let request = || {
+            let mut headers = reqwest::header::HeaderMap::new();
+            crate::telemetry::trace::inject_current(&mut headers);
+            let builder = self
+                .client
+                .post(&self.url)
+                .headers(headers)
+                .header(CONTENT_TYPE, "application/json")
+                .header(ACCEPT, "text/event-stream")
+                .body(body.clone());
+            auth(builder, self.api_key.as_ref())
+        };
+        let upstream = Upstream {
+            provider,
+            model,
+            resilience: self.resilience,
+            api_key: self.api_key.as_ref().map(Secret::expose),
+        };
+        open(&upstream, request, decoder).await
+    }
 }
 
 /// Who is being called, for limits and logs.
