@@ -186,14 +186,18 @@ pub struct JwksConfig {
     pub refresh: Duration,
 }
 
-/// A tenant's limits. Requests per second hold per replica (per subject,
-/// in memory) and across replicas (per tenant, in Redis); sessions and
-/// tokens are counted across replicas.
+/// A tenant's limits. The tenant's requests per second hold across replicas
+/// (in Redis); each subject's, when set, per replica (in memory); sessions
+/// and tokens are counted across replicas.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateLimitConfig {
     pub requests_per_second: Option<u32>,
     /// Requests that may arrive at once above the steady rate.
     pub burst: u32,
+    /// Each subject's own rate on each replica: keeps one noisy client from
+    /// spending the whole tenant's rate, without a Redis round trip.
+    pub subject_requests_per_second: Option<u32>,
+    pub subject_burst: u32,
     /// Turns running at once (paused sessions do not count).
     pub max_concurrent_sessions: Option<u32>,
     /// Model tokens (input + output) per minute, estimated before a call and

@@ -114,6 +114,8 @@ pub struct RawJwtKey {
 pub struct RawRateLimit {
     pub requests_per_second: Option<u32>,
     pub burst: Option<u32>,
+    pub subject_requests_per_second: Option<u32>,
+    pub subject_burst: Option<u32>,
     pub max_concurrent_sessions: Option<u32>,
     pub tokens_per_minute: Option<u64>,
 }

@@ -207,3 +207,29 @@ fn input_limits_have_defaults_and_must_be_positive() {
     let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
     assert!(paths.starts_with(&["server.max_json_depth", "server.body_read_timeout_secs"]), "{errors}");
 }
+
+#[test]
+fn a_subject_rate_defaults_its_burst_and_may_not_exceed_the_tenants() {
+    let tenant = |limit: &str| {
+        format!(
+            "[[tenants]]\nid = \"t\"\njwt = {{ hs256_secret = \"0123456789abcdef0123\" }}\nrate_limit = {limit}\n[models.m]\nprovider = \"demo\"\n"
+        )
+    };
+    let config =
+        Config::from_toml(&tenant("{ requests_per_second = 10, subject_requests_per_second = 2 }"), &env_of(&[]))
+            .unwrap();
+    let limit = config.tenants["t"].rate_limit.unwrap();
+    assert_eq!((limit.subject_requests_per_second, limit.subject_burst), (Some(2), 2));
+
+    let errors = Config::from_toml(
+        &tenant("{ requests_per_second = 10, subject_requests_per_second = 11, subject_burst = 0 }"),
+        &env_of(&[]),
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec!["tenants[0].rate_limit.subject_burst", "tenants[0].rate_limit.subject_requests_per_second"],
+        "{errors}"
+    );
+}

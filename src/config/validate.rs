@@ -241,9 +241,18 @@ fn validate_tenant(
         let at = |field: &str| format!("{path}.rate_limit.{field}");
         let rps = positive(errors, &at("requests_per_second"), rl.requests_per_second);
         let burst = positive(errors, &at("burst"), rl.burst);
+        let subject_rps = positive(errors, &at("subject_requests_per_second"), rl.subject_requests_per_second);
+        let subject_burst = positive(errors, &at("subject_burst"), rl.subject_burst);
+        if let (Some(subject), Some(tenant)) = (subject_rps, rps)
+            && subject > tenant
+        {
+            errors.push(at("subject_requests_per_second"), "must not exceed requests_per_second");
+        }
         RateLimitConfig {
             requests_per_second: rps,
             burst: burst.or(rps).unwrap_or(1),
+            subject_requests_per_second: subject_rps,
+            subject_burst: subject_burst.or(subject_rps).unwrap_or(1),
             max_concurrent_sessions: positive(errors, &at("max_concurrent_sessions"), rl.max_concurrent_sessions),
             tokens_per_minute: positive(errors, &at("tokens_per_minute"), rl.tokens_per_minute),
         }

@@ -276,10 +276,13 @@ async fn reserve_tokens(
     let estimate = (context::estimate(&request.messages) + u64::from(request.max_output_tokens)) as i64;
     match handle.sessions().take_tokens(&tenant, estimate, Some(limit)).await {
         Ok(true) => Ok(Some((tenant, estimate))),
-        Ok(false) => Err(End::Failed {
-            code: "rate_limited",
-            message: format!("the tenant's budget of {limit} model tokens per minute is spent; retry in a minute"),
-        }),
+        Ok(false) => {
+            handle.sessions().metrics().rate_limit(&tenant, "limited_tokens");
+            Err(End::Failed {
+                code: "rate_limited",
+                message: format!("the tenant's budget of {limit} model tokens per minute is spent; retry in a minute"),
+            })
+        }
         Err(e) if orchestrator.config.on_store_error == crate::config::StoreFailure::FailOpen => {
             tracing::warn!(tenant = %tenant, error = %e, "token budget unchecked (fail open)");
             Ok(None)

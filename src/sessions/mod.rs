@@ -271,6 +271,7 @@ impl Sessions {
         events: Vec<EventKind>,
     ) -> Result<u64, SessionError> {
         if !self.hold_slot(key, true).await? {
+            self.inner.metrics.rate_limit(&key.tenant, "limited_sessions");
             return Err(SessionError::RateLimited {
                 message: "the tenant's limit of concurrently running sessions is reached".into(),
                 retry_after_secs: self.inner.config.store.lease_ttl.as_secs().max(1),

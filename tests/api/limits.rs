@@ -28,6 +28,11 @@ jwt = {{ hs256_secret = "limited-secret-0123456789" }}
 rate_limit = {{ requests_per_second = {RATE}, burst = 1 }}
 
 [[tenants]]
+id = "teamed"
+jwt = {{ hs256_secret = "teamed-secret-0123456789" }}
+rate_limit = {{ requests_per_second = 1000, subject_requests_per_second = 1, subject_burst = 1 }}
+
+[[tenants]]
 id = "capped"
 jwt = {{ hs256_secret = "capped-secret-0123456789" }}
 rate_limit = {{ max_concurrent_sessions = 1 }}
@@ -56,24 +61,33 @@ async fn a_tenants_rate_holds_across_three_replicas_and_other_tenants_are_unaffe
     let other = apps[0].token("acme", "y");
     let started = Instant::now();
     let window = Duration::from_secs(2);
-    let (mut accepted, mut refused, mut others_ok) = (0u32, 0u32, 0u32);
-    let mut i = 0usize;
-    while started.elapsed() < window {
-        // A burst spread round-robin over the replicas, interleaved with
-        // another tenant's requests.
-        let app = &apps[i % 3];
-        let (limited_reply, other_reply) =
-            tokio::join!(app.get("/api/model", Some(&limited)), app.get("/api/model", Some(&other)));
-        match limited_reply.status() {
-            StatusCode::OK => accepted += 1,
-            StatusCode::TOO_MANY_REQUESTS => refused += 1,
-            status => panic!("unexpected {status}"),
+    // One client loop per replica, all at once, so that requests arrive
+    // densely: an accepted count below the rate would be the limiter's
+    // doing, not the gaps of a single sequential client. Each loop
+    // interleaves another tenant's requests.
+    let loops = apps.iter().map(|app| {
+        let (limited, other) = (&limited, &other);
+        async move {
+            let (mut accepted, mut refused, mut others_ok, mut sent) = (0u32, 0u32, 0u32, 0u32);
+            while started.elapsed() < window {
+                let (limited_reply, other_reply) =
+                    tokio::join!(app.get("/api/model", Some(limited)), app.get("/api/model", Some(other)));
+                match limited_reply.status() {
+                    StatusCode::OK => accepted += 1,
+                    StatusCode::TOO_MANY_REQUESTS => refused += 1,
+                    status => panic!("unexpected {status}"),
+                }
+                if other_reply.status() == StatusCode::OK {
+                    others_ok += 1;
+                }
+                sent += 1;
+            }
+            (accepted, refused, others_ok, sent)
         }
-        if other_reply.status() == StatusCode::OK {
-            others_ok += 1;
-        }
-        i += 1;
-    }
+    });
+    let counts = futures::future::join_all(loops).await;
+    let sum = |f: fn(&(u32, u32, u32, u32)) -> u32| counts.iter().map(f).sum::<u32>();
+    let (accepted, refused, others_ok, sent) = (sum(|c| c.0), sum(|c| c.1), sum(|c| c.2), sum(|c| c.3));
     let elapsed = started.elapsed().as_secs_f64();
     let expected = f64::from(RATE) * elapsed + 1.0; // the rate over the window plus the burst of 1
     let tolerance = 0.1 * f64::from(RATE) * elapsed;
@@ -82,7 +96,7 @@ async fn a_tenants_rate_holds_across_three_replicas_and_other_tenants_are_unaffe
         (f64::from(accepted) - expected).abs() <= tolerance,
         "accepted {accepted} in {elapsed:.2} s; expected {expected:.1} ± {tolerance:.1}"
     );
-    assert_eq!(others_ok as usize, i, "the other tenant was never limited");
+    assert_eq!(others_ok, sent, "the other tenant was never limited");
 }
 
 #[tokio::test]
@@ -111,6 +125,28 @@ async fn a_refusal_is_429_with_retry_after_and_rate_limit_headers_and_is_counted
 }
 
 #[tokio::test]
+async fn one_subject_over_its_own_rate_is_refused_while_the_rest_of_its_tenant_goes_on() {
+    let apps = replicas(1, None, |_| {}).await;
+    let (x, y) = (apps[0].token("teamed", "x"), apps[0].token("teamed", "y"));
+    assert_eq!(apps[0].get("/api/model", Some(&x)).await.status(), StatusCode::OK);
+    // One a second with a burst of one: the next request of x in the same
+    // second is refused here, before Redis is asked.
+    let refused = apps[0].get("/api/model", Some(&x)).await;
+    assert!(refused.headers()["ratelimit-policy"].to_str().unwrap().starts_with(r#""subject";q=1;"#));
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    let other = apps[0].get("/api/model", Some(&y)).await;
+    assert_eq!(other.status(), StatusCode::OK);
+    assert!(other.headers()["ratelimit-policy"].to_str().unwrap().starts_with(r#""tenant";q=1000;"#));
+
+    let metrics = apps[0].get("/metrics", None).await.text().await.unwrap();
+    for (outcome, count) in [("limited_subject", 1), ("allowed", 2)] {
+        let line = format!(r#"switchboard_rate_limit_decisions_total{{tenant="teamed",outcome="{outcome}"}} {count}"#);
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+}
+
+#[tokio::test]
 async fn the_concurrent_session_cap_holds_across_replicas_and_frees_after_a_replica_dies() {
     let runner = ScriptedRunner::new();
     let mut apps = replicas(2, Some(runner.clone()), |o| o.lease_ttl_secs = 1).await;
@@ -123,6 +159,10 @@ async fn the_concurrent_session_cap_holds_across_replicas_and_frees_after_a_repl
     let refused = apps[1].send_message(&token, &second, "hello").await;
     assert!(refused.headers().contains_key("retry-after"));
     assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    let metrics = apps[1].get("/metrics", None).await.text().await.unwrap();
+    assert!(
+        metrics.contains(r#"switchboard_rate_limit_decisions_total{tenant="capped",outcome="limited_sessions"} 1"#)
+    );
 
     // A dies holding the slot; B takes the session over and ends it, which
     // frees the slot.
@@ -172,10 +212,24 @@ async fn limits_fail_closed_when_redis_is_unreachable_unless_configured_open() {
     // A tenant without limits is not affected.
     assert_eq!(closed.get("/api/model", Some(&closed.token("acme", "y"))).await.status(), StatusCode::OK);
 
-    let open = spawn_app_with(unreachable("[limits]\non_store_error = \"fail_open\"")).await;
-    assert_eq!(open.get("/api/model", Some(&open.token("limited", "x"))).await.status(), StatusCode::OK);
+    // Fail open: each subject is still held to the tenant's rate on this
+    // replica (one per second here), other subjects unaffected.
+    let slow = "[[tenants]]\nid = \"slow\"\njwt = { hs256_secret = \"slow-secret-0123456789\" }\n\
+                rate_limit = { requests_per_second = 1, burst = 1 }\n[limits]\non_store_error = \"fail_open\"";
+    let open = spawn_app_with(unreachable(slow)).await;
+    let (x, y) = (open.token("slow", "x"), open.token("slow", "y"));
+    assert_eq!(open.get("/api/model", Some(&x)).await.status(), StatusCode::OK);
+    assert_error(open.get("/api/model", Some(&x)).await, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    assert_eq!(open.get("/api/model", Some(&y)).await.status(), StatusCode::OK);
     let metrics = open.get("/metrics", None).await.text().await.unwrap();
-    assert!(metrics.contains(r#"outcome="store_error_allowed""#), "{metrics}");
+    assert!(
+        metrics.contains(r#"switchboard_rate_limit_decisions_total{tenant="slow",outcome="store_error_allowed"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"switchboard_rate_limit_decisions_total{tenant="slow",outcome="store_error_limited"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -189,4 +243,6 @@ async fn a_spent_token_budget_fails_the_turn_with_a_rate_limit_error_before_call
     assert_eq!(of_kind(&frames, "error")[0].data["code"], "rate_limited");
     assert_eq!(frames.last().unwrap().data["reason"], "failed");
     assert_eq!(w.upstream.calls(), 0);
+    let metrics = w.apps[0].get("/metrics", None).await.text().await.unwrap();
+    assert!(metrics.contains(r#"switchboard_rate_limit_decisions_total{tenant="frugal",outcome="limited_tokens"} 1"#));
 }

@@ -106,9 +106,11 @@ rate_limit = { requests_per_second = 1, burst = 1 }
     let resumed = SseReader::new(app.tool_results(&w.token, &paused, &body).await).rest().await;
     assert_eq!(resumed.last().unwrap().data["reason"], "final");
 
-    // initech is limited to one request per second: the second is refused.
+    // initech is limited to one request per second: the second is refused by
+    // Redis, the third by this replica, which remembers until when.
     let initech = app.token("initech", "ivan");
     assert_eq!(app.get_holmes_models(Some(&initech)).await.status(), StatusCode::OK);
+    assert_eq!(app.get_holmes_models(Some(&initech)).await.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(app.get_holmes_models(Some(&initech)).await.status(), StatusCode::TOO_MANY_REQUESTS);
 
     let after = gauge_reaches(app, "switchboard_active_sessions", &[], 0.0).await;
@@ -134,8 +136,10 @@ rate_limit = { requests_per_second = 1, burst = 1 }
     assert_eq!(d.of("switchboard_relays_total", &[("event", "approved")]), 1.0);
     assert_eq!(d.of("switchboard_resumes_total", &[("dialect", "native")]), 1.0);
 
-    let limited = [("tenant", "initech"), ("outcome", "limited_local")];
-    assert_eq!(d.of("switchboard_rate_limit_decisions_total", &limited), 1.0);
+    for outcome in ["limited_global", "limited_local"] {
+        let limited = [("tenant", "initech"), ("outcome", outcome)];
+        assert_eq!(d.of("switchboard_rate_limit_decisions_total", &limited), 1.0, "{outcome}");
+    }
     assert_eq!(d.of("switchboard_rate_limit_decisions_total", &[("tenant", "initech"), ("outcome", "allowed")]), 1.0);
     assert_eq!(d.of("switchboard_rate_limit_decisions_total", &[("tenant", "acme")]), 0.0, "acme has no limit");
 
