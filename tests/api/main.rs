@@ -14,6 +14,7 @@ mod fuzz;
 mod health;
 mod holmes;
 mod hostile_input;
+mod isolation;
 mod limits;
 mod llm_gateway;
 mod metrics;
