@@ -23,6 +23,7 @@ use crate::{
     protocol::{EventKind, PendingCall, PendingRelay, TurnEndReason},
     providers::{ChatMessage, ModelProvider, ModelRequest, ProviderError, Role},
     sessions::{RunHandle, SessionError, main_agent},
+    store::TokenWindow,
 };
 
 /// How a turn stops.
@@ -135,26 +136,19 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             metrics: handle.sessions().metrics(),
             upstream: handle.upstream_time(),
         };
-        let output = match step::run(
-            &model_call,
-            request,
-            &handle.emitter(),
-            &handle.cancelled().clone(),
-            &main_agent(),
-        )
-        .await
-        {
+        let result =
+            step::run(&model_call, request, &handle.emitter(), &handle.cancelled().clone(), &main_agent()).await;
+        if let Some(reservation) = reserved {
+            // A call that failed reports no usage: its reservation is given back.
+            let used = result.as_ref().map_or(0, |o| o.usage.input_tokens + o.usage.output_tokens);
+            reservation.settle(handle, used).await;
+        }
+        let output = match result {
             Ok(output) => output,
             Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await,
             Err(StepError::Session(e)) => return Err(e),
             Err(StepError::Provider(e)) => return Ok(provider_failure(&e)),
         };
-        if let Some((tenant, estimate)) = reserved {
-            let used = (output.usage.input_tokens + output.usage.output_tokens) as i64;
-            if let Err(e) = handle.sessions().take_tokens(&tenant, used - estimate, None).await {
-                tracing::warn!(tenant = %tenant, error = %e, "cannot correct the token count");
-            }
-        }
         let mut total = handle.doc().turn_state.usage;
         total.add(&output.usage);
         // Durable, and so is every delta emitted before it.
@@ -261,22 +255,38 @@ async fn fit_context(
     Ok(None)
 }
 
-/// Reserves the estimated tokens of a model call in the tenant's per-minute
-/// budget, when it has one. `Ok(Some((tenant, estimate)))` to correct after
-/// the call; `Err(end)` when the budget is spent (or cannot be checked and
-/// limits fail closed).
+/// Tokens of a model call reserved in the tenant's per-minute budget.
+struct Reservation {
+    tenant: String,
+    window: TokenWindow,
+    estimate: u64,
+}
+
+impl Reservation {
+    /// Corrects the reservation to what the call used.
+    async fn settle(self, handle: &RunHandle, used: u64) {
+        let delta = used as i64 - self.estimate as i64;
+        if let Err(e) = handle.sessions().token_budget().correct_tokens(&self.tenant, self.window, delta).await {
+            tracing::warn!(tenant = %self.tenant, error = %e, "cannot correct the token count");
+        }
+    }
+}
+
+/// Reserves the estimated tokens of a model call (prompt plus the output it
+/// may write) in the tenant's per-minute budget, when it has one. `Err(end)`
+/// when the budget is spent (or cannot be checked and limits fail closed).
 async fn reserve_tokens(
     orchestrator: &Orchestrator,
     handle: &RunHandle,
     request: &ModelRequest,
-) -> Result<Option<(String, i64)>, End> {
+) -> Result<Option<Reservation>, End> {
     let tenant = handle.doc().tenant.clone();
     let limit = orchestrator.config.tenants.get(&tenant).and_then(|t| t.rate_limit).and_then(|l| l.tokens_per_minute);
     let Some(limit) = limit else { return Ok(None) };
-    let estimate = (context::estimate(&request.messages) + u64::from(request.max_output_tokens)) as i64;
-    match handle.sessions().take_tokens(&tenant, estimate, Some(limit)).await {
-        Ok(true) => Ok(Some((tenant, estimate))),
-        Ok(false) => {
+    let estimate = context::estimate(&request.messages) + u64::from(request.max_output_tokens);
+    match handle.sessions().token_budget().reserve_tokens(&tenant, estimate, limit).await {
+        Ok(Some(window)) => Ok(Some(Reservation { tenant, window, estimate })),
+        Ok(None) => {
             handle.sessions().metrics().rate_limit(&tenant, "limited_tokens");
             Err(End::Failed {
                 code: "rate_limited",

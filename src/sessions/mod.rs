@@ -448,10 +448,9 @@ impl Sessions {
         }
     }
 
-    /// Adds model tokens to the tenant's per-minute budget: a reservation
-    /// checked against `limit`, or an unchecked correction.
-    pub async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError> {
-        self.inner.store.quotas.take_tokens(tenant, tokens, limit).await
+    /// The tenant's per-minute model token budget (see `store::Quotas`).
+    pub fn token_budget(&self) -> &dyn crate::store::Quotas {
+        &*self.inner.store.quotas
     }
 
     /// The session stopped running here (paused, ended, or lost).

@@ -255,10 +255,26 @@ pub trait Quotas: Send + Sync {
 
     async fn release_slot(&self, tenant: &str, session_id: &str) -> Result<(), StoreError>;
 
-    /// Adds `tokens` to the tenant's count for the current minute: checked
-    /// against `limit` when given (a reservation; false if it would pass
-    /// it), unchecked otherwise (a correction, possibly negative).
-    async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError>;
+    /// Reserves `tokens` of the tenant's budget of `limit` model tokens for
+    /// the current minute; `None` when that would pass the limit (nothing
+    /// is counted then).
+    async fn reserve_tokens(&self, tenant: &str, tokens: u64, limit: u64) -> Result<Option<TokenWindow>, StoreError>;
+
+    /// Corrects a reservation in `window` by `delta` (what was used minus
+    /// what was reserved; negative gives tokens back). Never refused.
+    async fn correct_tokens(&self, tenant: &str, window: TokenWindow, delta: i64) -> Result<(), StoreError>;
+}
+
+/// The minute a token reservation counts against (minutes since the Unix
+/// epoch). A correction names it, so a model call that ends after the minute
+/// turned is corrected where it was reserved, not in the next minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenWindow(pub u64);
+
+impl TokenWindow {
+    pub fn now() -> Self {
+        Self(crate::protocol::events::now_ms() / 60_000)
+    }
 }
 
 /// Liveness of the backend, for `/readyz`.

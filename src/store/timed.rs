@@ -11,7 +11,7 @@ use tracing::Instrument as _;
 
 use super::{
     AppendBatch, EventLog, Health, LeaseOp, Leases, LogRange, Notifications, Quotas, RateDecision, RelayIndex,
-    SessionKey, StateStore, StoreError, Versioned, WriteOutcome,
+    SessionKey, StateStore, StoreError, TokenWindow, Versioned, WriteOutcome,
 };
 use crate::telemetry::{attributes as attr, metrics::Metrics};
 
@@ -164,8 +164,12 @@ impl<B: Quotas> Quotas for Timed<B> {
         self.time("quotas.release_slot", self.inner.release_slot(tenant, session_id)).await
     }
 
-    async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError> {
-        self.time("quotas.take_tokens", self.inner.take_tokens(tenant, tokens, limit)).await
+    async fn reserve_tokens(&self, tenant: &str, tokens: u64, limit: u64) -> Result<Option<TokenWindow>, StoreError> {
+        self.time("quotas.reserve_tokens", self.inner.reserve_tokens(tenant, tokens, limit)).await
+    }
+
+    async fn correct_tokens(&self, tenant: &str, window: TokenWindow, delta: i64) -> Result<(), StoreError> {
+        self.time("quotas.correct_tokens", self.inner.correct_tokens(tenant, window, delta)).await
     }
 }
 

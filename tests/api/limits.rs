@@ -8,13 +8,13 @@ use std::{
 
 use reqwest::StatusCode;
 use serde_json::json;
-use switchboard::sessions::TurnRunner;
+use switchboard::{sessions::TurnRunner, store::TokenWindow};
 
 use crate::{
     helpers::{AppOptions, TestApp, assert_error, spawn_app_with, spawn_replicas},
     orchestrator::{of_kind, world},
     sse::SseReader,
-    support::runner::ScriptedRunner,
+    support::{mock_upstream::Reply, runner::ScriptedRunner},
 };
 
 const RATE: u32 = 20;
@@ -36,6 +36,11 @@ rate_limit = {{ requests_per_second = 1000, subject_requests_per_second = 1, sub
 id = "capped"
 jwt = {{ hs256_secret = "capped-secret-0123456789" }}
 rate_limit = {{ max_concurrent_sessions = 1 }}
+
+[[tenants]]
+id = "metered"
+jwt = {{ hs256_secret = "metered-secret-0123456789" }}
+rate_limit = {{ tokens_per_minute = 6000 }}
 
 [[tenants]]
 id = "frugal"
@@ -245,4 +250,39 @@ async fn a_spent_token_budget_fails_the_turn_with_a_rate_limit_error_before_call
     assert_eq!(w.upstream.calls(), 0);
     let metrics = w.apps[0].get("/metrics", None).await.text().await.unwrap();
     assert!(metrics.contains(r#"switchboard_rate_limit_decisions_total{tenant="frugal",outcome="limited_tokens"} 1"#));
+}
+
+#[tokio::test]
+async fn a_model_call_is_charged_what_it_used_not_what_it_reserved() {
+    // Budgets are per calendar minute: should the minute turn during a run,
+    // the run is repeated rather than misread.
+    for _ in 0..3 {
+        let window = TokenWindow::now();
+        let w = world(1, |o| o.extra_toml.push_str(&limited_tenants())).await;
+        let token = w.apps[0].token("metered", "x");
+        let response = w.apps[0].post_json("/v1/sessions", Some(&token), &json!({"model": "mock"})).await;
+        let id = response.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+        let turn = |text: &'static str| {
+            let (app, token, id) = (&w.apps[0], &token, &id);
+            async move { SseReader::new(app.send_message(token, id, text).await).rest().await }
+        };
+        // Each call reserves its prompt plus the 4096 output tokens it may
+        // write, of 6000. The first uses 12: the second fits only because
+        // the first was corrected down. The second uses 5500: the third no
+        // longer fits.
+        w.upstream.push(Reply::new().text(["Short."]).usage(10, 2));
+        let first = turn("one").await;
+        w.upstream.push(Reply::new().text(["Long."]).usage(5000, 500));
+        let second = turn("two").await;
+        let third = turn("three").await;
+        if TokenWindow::now() != window {
+            continue;
+        }
+        assert_eq!(first.last().unwrap().data["reason"], "final");
+        assert_eq!(second.last().unwrap().data["reason"], "final", "the first call was charged 12, not 4100");
+        assert_eq!(of_kind(&third, "error")[0].data["code"], "rate_limited", "5512 used + 4100 > 6000");
+        assert_eq!(w.upstream.calls(), 2);
+        return;
+    }
+    panic!("the minute turned in three runs in a row");
 }

@@ -174,6 +174,24 @@ async fn bad_input_on_every_native_endpoint_is_refused_and_leaves_the_session_un
         assert_eq!(response.status().as_u16(), status, "{method} {path} {body}");
         assert_error(response, StatusCode::from_u16(status).unwrap(), code).await;
     }
+    // A validation error names the field it is about.
+    let named = [
+        (sessions, r#"{"model": 5}"#, "model"),
+        (&messages, r#"{"content": 5}"#, "content"),
+        (&results, r#"{"results": [{"output": "x"}]}"#, "results[0]"),
+        (&results, r#"{"results": [{"tool_call_id": "c", "output": 1}]}"#, "results[0].output"),
+        (&relay, r#"{"approved": "yes"}"#, "approved"),
+    ];
+    for (path, body, field) in named {
+        let refused = assert_error(
+            send(app, reqwest::Method::POST, path, mine, body).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        )
+        .await;
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(field), "{path} {body}: {message}");
+    }
     // A cursor that is not a sequence number.
     let response =
         app.client.get(app.url(&events)).bearer_auth(&w.token).header("last-event-id", "abc").send().await.unwrap();

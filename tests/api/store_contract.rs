@@ -4,7 +4,7 @@
 //! store with its own key prefix, so they run in parallel against one Redis.
 //!
 //! This file holds the harness and helpers; the behaviours are grouped in
-//! `store_contract/` (state and leases, log, notifications), plus the
+//! `store_contract/` (state and leases, log, notifications, quotas), plus the
 //! Redis-only tests (outages, reconnection, backoff) in `redis_only.rs`.
 
 use std::time::Duration;
@@ -150,5 +150,6 @@ where
 
 mod log;
 mod notify;
+mod quotas;
 mod redis_only;
 mod state;

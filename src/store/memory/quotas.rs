@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use crate::store::{Quotas, RateDecision, StoreError};
+use crate::store::{Quotas, RateDecision, StoreError, TokenWindow};
 
 #[derive(Default)]
 pub(super) struct QuotaState {
@@ -16,7 +16,7 @@ pub(super) struct QuotaState {
     /// tenant → session → deadline.
     slots: HashMap<String, HashMap<String, Instant>>,
     /// (tenant, minute) → tokens.
-    tokens: HashMap<(String, u64), i64>,
+    tokens: HashMap<(String, TokenWindow), i64>,
 }
 
 impl MemoryStore {
@@ -38,7 +38,12 @@ impl Quotas for MemoryStore {
         }
         let new_tat = tat + interval;
         state.arrivals.insert(tenant.to_string(), new_tat);
-        let remaining = ((now + tolerance).saturating_duration_since(new_tat).as_micros() / interval.as_micros()) + 1;
+        // As the script: floor((now + tolerance - new_tat) / interval) + 1,
+        // which is 0 when this request took the last of the burst.
+        let remaining = match (now + tolerance).checked_duration_since(new_tat) {
+            Some(spare) => spare.as_micros() / interval.as_micros() + 1,
+            None => 0,
+        };
         Ok(RateDecision::Allowed { remaining: remaining as u32 })
     }
 
@@ -70,18 +75,22 @@ impl Quotas for MemoryStore {
         Ok(())
     }
 
-    async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError> {
-        let minute = crate::protocol::events::now_ms() / 60_000;
+    async fn reserve_tokens(&self, tenant: &str, tokens: u64, limit: u64) -> Result<Option<TokenWindow>, StoreError> {
+        let window = TokenWindow::now();
         let mut state = self.quota_state();
-        state.tokens.retain(|(_, m), _| *m + 1 >= minute);
-        let used = state.tokens.entry((tenant.to_string(), minute)).or_default();
-        if let Some(limit) = limit
-            && tokens > 0
-            && *used + tokens > limit as i64
-        {
-            return Ok(false);
+        // Windows older than the last two are of no use to anyone (Redis
+        // lets them expire after two minutes).
+        state.tokens.retain(|(_, w), _| w.0 + 1 >= window.0);
+        let used = state.tokens.entry((tenant.to_string(), window)).or_default();
+        if *used + tokens as i64 > limit as i64 {
+            return Ok(None);
         }
-        *used += tokens;
-        Ok(true)
+        *used += tokens as i64;
+        Ok(Some(window))
+    }
+
+    async fn correct_tokens(&self, tenant: &str, window: TokenWindow, delta: i64) -> Result<(), StoreError> {
+        *self.quota_state().tokens.entry((tenant.to_string(), window)).or_default() += delta;
+        Ok(())
     }
 }

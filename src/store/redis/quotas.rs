@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{RedisStore, map_err};
-use crate::store::{Quotas, RateDecision, StoreError};
+use crate::store::{Quotas, RateDecision, StoreError, TokenWindow};
 
 #[async_trait]
 impl Quotas for RedisStore {
@@ -62,15 +62,30 @@ impl Quotas for RedisStore {
             .map_err(map_err)
     }
 
-    async fn take_tokens(&self, tenant: &str, tokens: i64, limit: Option<u64>) -> Result<bool, StoreError> {
-        let minute = crate::protocol::events::now_ms() / 60_000;
+    async fn reserve_tokens(&self, tenant: &str, tokens: u64, limit: u64) -> Result<Option<TokenWindow>, StoreError> {
+        let window = TokenWindow::now();
+        // The script skips the check for a limit of 0; validation keeps
+        // configured limits positive.
+        let taken = self.add_tokens(tenant, window, tokens as i64, limit.max(1)).await?;
+        Ok(taken.then_some(window))
+    }
+
+    async fn correct_tokens(&self, tenant: &str, window: TokenWindow, delta: i64) -> Result<(), StoreError> {
+        self.add_tokens(tenant, window, delta, 0).await.map(drop)
+    }
+}
+
+impl RedisStore {
+    /// One run of `tokens_take.lua`: adds `tokens` to `window`'s count,
+    /// checked against `limit` unless it is 0. True when added.
+    async fn add_tokens(&self, tenant: &str, window: TokenWindow, tokens: i64, limit: u64) -> Result<bool, StoreError> {
         let mut conn = self.connection().await?;
         let (taken, _used): (i64, i64) = self
             .scripts
             .tokens_take
-            .key(self.keys.tokens(tenant, minute))
+            .key(self.keys.tokens(tenant, window.0))
             .arg(tokens)
-            .arg(limit.unwrap_or(0))
+            .arg(limit)
             .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
