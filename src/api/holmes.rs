@@ -48,8 +48,8 @@ use crate::{
     telemetry::timing::UpstreamElapsed,
 };
 
-/// `Retry-After` of a 429 when the model provider rate-limited the turn
-/// (the provider's own value does not reach the session's events).
+/// `Retry-After` of a 429 for a rate-limited turn whose error event did not
+/// say how long to wait (events logged before it could).
 const RATE_LIMIT_RETRY_AFTER_SECS: u64 = 10;
 
 /// `GET /api/model`: the model aliases the caller's tenant may use. (The real
@@ -318,7 +318,8 @@ fn failure(error: Option<&Value>) -> ApiError {
     };
     let message = error["msg"].as_str().unwrap_or("the turn failed").to_string();
     match error["code"].as_str().unwrap_or_default() {
-        "rate_limited" => ApiError::new(ErrorCode::RateLimited, message).with_retry_after(RATE_LIMIT_RETRY_AFTER_SECS),
+        "rate_limited" => ApiError::new(ErrorCode::RateLimited, message)
+            .with_retry_after(error["retry_after"].as_u64().unwrap_or(RATE_LIMIT_RETRY_AFTER_SECS)),
         "upstream_error" | "upstream_disconnected" => ApiError::new(ErrorCode::UpstreamError, message),
         "upstream_timeout" => ApiError::new(ErrorCode::UpstreamTimeout, message),
         "context_overflow" => ApiError::new(ErrorCode::InvalidRequest, message),

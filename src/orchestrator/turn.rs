@@ -26,6 +26,9 @@ use crate::{
     store::TokenWindow,
 };
 
+/// `Retry-After` for a provider's rate limit that did not say how long.
+const PROVIDER_RETRY_AFTER_SECS: u64 = 10;
+
 /// How a turn stops.
 pub(super) enum End {
     Finished(TurnEndReason),
@@ -36,10 +39,18 @@ pub(super) enum End {
     Failed {
         code: &'static str,
         message: String,
+        /// For a rate limit: when a retry may pass.
+        retry_after_secs: Option<u64>,
     },
     /// Lease lost or shutting down: write nothing; whoever holds the
     /// session next carries it on.
     Stopped,
+}
+
+impl End {
+    fn failed(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Failed { code, message: message.into(), retry_after_secs: None }
+    }
 }
 
 /// Runs the turn to its end and records it. Logs one line at its start and
@@ -71,7 +82,7 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
     let result = match end {
         End::Finished(reason) => handle.finish(reason, iterations, usage).await,
         End::Paused { relays, calls } => handle.pause(relays, calls).await,
-        End::Failed { code, message } => handle.fail(code, &message).await,
+        End::Failed { code, message, retry_after_secs } => handle.fail(code, &message, retry_after_secs).await,
         End::Stopped => Ok(()),
     };
     if let Err(e) = result {
@@ -84,7 +95,7 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
     let (Some(model), Some(provider)) =
         (orchestrator.config.models.get(&alias), orchestrator.providers.get(&tenant, &alias))
     else {
-        return Ok(End::Failed { code: "unknown_model", message: format!("the model {alias:?} is not configured") });
+        return Ok(End::failed("unknown_model", format!("the model {alias:?} is not configured")));
     };
     let max_iterations = handle.doc().options.max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
     let mut restarted = handle.taken_over_from().is_some();
@@ -186,8 +197,12 @@ pub(super) async fn stopped_or_cancelled(handle: &mut RunHandle) -> Result<End, 
 
 fn provider_failure(error: &ProviderError) -> End {
     let (code, message) = match error {
-        ProviderError::RateLimited { .. } => {
-            ("rate_limited", "the model provider is rate limiting requests".to_string())
+        ProviderError::RateLimited { retry_after } => {
+            return End::Failed {
+                code: "rate_limited",
+                message: "the model provider is rate limiting requests".to_string(),
+                retry_after_secs: Some(retry_after.unwrap_or(PROVIDER_RETRY_AFTER_SECS)),
+            };
         }
         ProviderError::Http { status, message, .. } => {
             ("upstream_error", format!("the model provider answered HTTP {status}: {message}"))
@@ -200,7 +215,7 @@ fn provider_failure(error: &ProviderError) -> End {
             ("upstream_error", format!("the model provider's answer was unusable: {detail}"))
         }
     };
-    End::Failed { code, message }
+    End::failed(code, message)
 }
 
 /// The model request for the next step: system prompt, history, tools.
@@ -243,14 +258,14 @@ async fn fit_context(
         .append(&agent, vec![EventKind::CompactionDone { tokens_before: before, tokens_after: after, summary }])
         .await?;
     if context::needs_compaction(after, model) {
-        return Ok(Some(End::Failed {
-            code: "context_overflow",
-            message: format!(
+        return Ok(Some(End::failed(
+            "context_overflow",
+            format!(
                 "the conversation needs about {after} tokens and does not fit in the model's context window ({}) \
                  even after compaction",
                 model.context_window
             ),
-        }));
+        )));
     }
     Ok(None)
 }
@@ -288,15 +303,20 @@ async fn reserve_tokens(
         Ok(Some(window)) => Ok(Some(Reservation { tenant, window, estimate })),
         Ok(None) => {
             handle.sessions().metrics().rate_limit(&tenant, "limited_tokens");
+            // The budget is per calendar minute: it refills when this one ends.
+            let retry_after = 60 - (crate::protocol::events::now_ms() / 1000) % 60;
             Err(End::Failed {
                 code: "rate_limited",
-                message: format!("the tenant's budget of {limit} model tokens per minute is spent; retry in a minute"),
+                message: format!(
+                    "the tenant's budget of {limit} model tokens per minute is spent; retry in {retry_after} s"
+                ),
+                retry_after_secs: Some(retry_after),
             })
         }
         Err(e) if orchestrator.config.on_store_error == crate::config::StoreFailure::FailOpen => {
             tracing::warn!(tenant = %tenant, error = %e, "token budget unchecked (fail open)");
             Ok(None)
         }
-        Err(_) => Err(End::Failed { code: "store_unavailable", message: "the token budget cannot be checked".into() }),
+        Err(_) => Err(End::failed("store_unavailable", "the token budget cannot be checked")),
     }
 }

@@ -136,6 +136,9 @@ pub enum EventKind {
     Error {
         code: String,
         message: String,
+        /// When retrying makes sense, how long to wait first (a rate limit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_secs: Option<u64>,
     },
 }
 

@@ -150,12 +150,15 @@ impl HolmesEncoder {
         self.frame("tool_calling_result", data)
     }
 
-    fn error_frame(&self, code: &str, message: &str) -> Frame {
+    fn error_frame(&self, code: &str, message: &str, retry_after_secs: Option<u64>) -> Frame {
         let error_code = if code == "rate_limited" { RATE_LIMIT_CODE } else { 1 };
-        // `code` is ours (Holmes clients ignore it); it keeps the cause
-        // machine-readable for the non-stream answer.
-        let data =
+        // `code` and `retry_after` are ours (Holmes clients ignore them);
+        // they keep the cause machine-readable for the non-stream answer.
+        let mut data =
             json!({"description": message, "error_code": error_code, "msg": message, "success": false, "code": code});
+        if let Some(secs) = retry_after_secs {
+            data["retry_after"] = json!(secs);
+        }
         self.frame("error", data)
     }
 }
@@ -220,14 +223,14 @@ impl Encoder for HolmesEncoder {
                 self.release_all(&mut out);
                 match reason {
                     TurnEndReason::Final | TurnEndReason::MaxIterations => self.ending = Some(Ending::Answered),
-                    TurnEndReason::Cancelled => out.push(self.error_frame("cancelled", "the turn was cancelled")),
+                    TurnEndReason::Cancelled => out.push(self.error_frame("cancelled", "the turn was cancelled", None)),
                     // The `error` event before it said why.
                     TurnEndReason::Failed => {}
                 }
             }
-            EventKind::Error { code, message } => {
+            EventKind::Error { code, message, retry_after_secs } => {
                 self.release_all(&mut out);
-                out.push(self.error_frame(code, message));
+                out.push(self.error_frame(code, message, *retry_after_secs));
             }
             EventKind::CompactionStarted { tokens, messages } => {
                 self.release_all(&mut out);
@@ -279,7 +282,7 @@ impl Encoder for HolmesEncoder {
     }
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
-        let mut frame = self.error_frame(code, message);
+        let mut frame = self.error_frame(code, message, None);
         frame.id = None;
         vec![frame]
     }
@@ -488,12 +491,13 @@ mod tests {
     #[test]
     fn a_rate_limit_is_error_code_5204() {
         let mut encoder = HolmesEncoder::default();
-        let error = EventKind::Error { code: "rate_limited".into(), message: "slow down".into() };
+        let error =
+            EventKind::Error { code: "rate_limited".into(), message: "slow down".into(), retry_after_secs: Some(7) };
         let data: Value = serde_json::from_str(&encoder.encode(&event(1, error))[0].data).unwrap();
         assert_eq!(
             data,
             json!({"description": "slow down", "error_code": 5204, "msg": "slow down",
-            "success": false, "code": "rate_limited"})
+            "success": false, "code": "rate_limited", "retry_after": 7})
         );
     }
 }

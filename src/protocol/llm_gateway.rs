@@ -115,7 +115,13 @@ impl LlmGatewayEncoder {
                     "tool": relay.tool, "params": relay.params}),
             ),
             EventKind::Usage { usage, .. } => ("usage", usage_fields(usage)),
-            EventKind::Error { code, message } => ("error", json!({"message": message, "code": code})),
+            EventKind::Error { code, message, retry_after_secs } => {
+                let mut data = json!({"message": message, "code": code});
+                if let Some(secs) = retry_after_secs {
+                    data["retryAfter"] = json!(secs);
+                }
+                ("error", data)
+            }
             EventKind::TurnEnded { reason, iterations, usage } => (
                 "harness_end",
                 json!({"reason": end_reason(*reason), "iterations": iterations, "totalUsage": usage_fields(usage)}),

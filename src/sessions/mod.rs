@@ -358,7 +358,8 @@ impl Sessions {
                 match runner {
                     Some(runner) => runner.run(handle).await,
                     None => {
-                        let _ = handle.fail("no_orchestrator", "this replica has no orchestrator installed").await;
+                        let _ =
+                            handle.fail("no_orchestrator", "this replica has no orchestrator installed", None).await;
                     }
                 }
                 let _ = notifications.unwatch(&watched).await;

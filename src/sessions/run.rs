@@ -175,9 +175,11 @@ impl RunHandle {
         self.end(reason, iterations, usage, None).await
     }
 
-    /// Ends the turn with an error the client sees (`code`, `message`).
-    pub async fn fail(self, code: &str, message: &str) -> Result<(), SessionError> {
-        self.append(&main_agent(), vec![EventKind::Error { code: code.into(), message: message.into() }]).await?;
+    /// Ends the turn with an error the client sees (`code`, `message`, and
+    /// for a rate limit how long to wait before retrying).
+    pub async fn fail(self, code: &str, message: &str, retry_after_secs: Option<u64>) -> Result<(), SessionError> {
+        let error = EventKind::Error { code: code.into(), message: message.into(), retry_after_secs };
+        self.append(&main_agent(), vec![error]).await?;
         let usage = self.doc.usage;
         self.end(TurnEndReason::Failed, 0, usage, Some(message.to_string())).await
     }

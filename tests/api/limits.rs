@@ -286,3 +286,40 @@ async fn a_model_call_is_charged_what_it_used_not_what_it_reserved() {
     }
     panic!("the minute turned in three runs in a row");
 }
+
+#[tokio::test]
+async fn a_spent_token_budget_is_each_dialects_rate_limit_error_with_when_to_retry() {
+    let w = world(1, |o| o.extra_toml.push_str(&limited_tenants())).await;
+    let token = w.apps[0].token("frugal", "x");
+    let app = &w.apps[0];
+    // The budget is per calendar minute: a retry may pass when it ends.
+    let within_a_minute = |secs: &serde_json::Value| (1..=60).contains(&secs.as_u64().unwrap_or(0));
+
+    let holmes = json!({"ask": "hi", "model": "mock", "stream": true});
+    let frames = SseReader::new(app.post_json("/api/chat", Some(&token), &holmes).await).rest().await;
+    let error = &of_kind(&frames, "error")[0].data;
+    assert_eq!((error["error_code"].as_u64(), error["success"].as_bool()), (Some(5204), Some(false)), "{error}");
+    assert!(within_a_minute(&error["retry_after"]), "{error}");
+    assert!(of_kind(&frames, "ai_answer_end").is_empty());
+
+    let holmes = json!({"ask": "hi", "model": "mock"});
+    let refused = app.post_json("/api/chat", Some(&token), &holmes).await;
+    let retry_after: serde_json::Value = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(within_a_minute(&retry_after), "{retry_after}");
+    let body = assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    assert!(body["error"]["message"].as_str().unwrap().contains(&format!("retry in {retry_after} s")), "{body}");
+
+    let gateway = json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}]});
+    let frames = SseReader::new(app.post_json("/chat", Some(&token), &gateway).await).rest().await;
+    let error = &of_kind(&frames, "error")[0].data;
+    assert_eq!(error["code"], "rate_limited");
+    assert!(within_a_minute(&error["retryAfter"]), "{error}");
+    assert_eq!(frames.last().unwrap().data["reason"], "error");
+
+    let native = app.post_json("/v1/sessions", Some(&token), &json!({"model": "mock"})).await;
+    let id = native.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let frames = SseReader::new(app.send_message(&token, &id, "hi").await).rest().await;
+    assert!(within_a_minute(&of_kind(&frames, "error")[0].data["retry_after_secs"]));
+
+    assert_eq!(w.upstream.calls(), 0, "no dialect reached the model");
+}
