@@ -30,6 +30,7 @@ use crate::{
     error,
     limits::{self, RateLimits},
     orchestrator::{Orchestrator, prompt},
+    protocol::ModelLimits,
     sessions::{Sessions, TurnRunner},
     store::{NOTICE_CHANNEL, Store, StoreError},
     telemetry::{attributes as attr, metrics::Metrics, timing, trace},
@@ -44,6 +45,8 @@ pub struct AppState {
     pub store: Store,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
+    /// Each model alias's context window and reserved output, for encoders.
+    pub model_limits: ModelLimits,
     /// `ENABLED_PROMPTS`, parsed once at start-up (the orchestrator and the
     /// Holmes handler build the same system prompt from it).
     pub enabled_prompts: Arc<Option<Vec<String>>>,
@@ -101,7 +104,8 @@ impl Application {
         sessions.set_runner(runner);
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
-        let state = AppState { config, store, sessions, metrics, enabled_prompts, shutdown, tasks };
+        let model_limits = ModelLimits::of(&config.models);
+        let state = AppState { config, store, sessions, metrics, model_limits, enabled_prompts, shutdown, tasks };
         let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
     }

@@ -30,16 +30,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use self::request::{ChatRequest, check_calls_answered, parse_history};
-use super::sse;
+use super::stream;
 use crate::{
     app::AppState,
     auth::Principal,
     error::{ApiError, ErrorCode},
     orchestrator::prompt,
-    protocol::{
-        Frame,
-        holmes::{HolmesEncoder, Limits},
-    },
+    protocol::{Frame, holmes::HolmesEncoder},
     providers::{ChatMessage, Role},
     sessions::{
         Decision, Resume,
@@ -195,12 +192,7 @@ async fn resume(
 }
 
 fn encoder(state: &AppState, model: &str) -> HolmesEncoder {
-    let limits = state
-        .config
-        .models
-        .get(model)
-        .map(|m| Limits { max_tokens: m.context_window, max_output_tokens: m.max_output_tokens });
-    HolmesEncoder::new(limits)
+    HolmesEncoder::new(state.model_limits.get(model))
 }
 
 /// Follows the turn from `cursor` and answers: SSE, or one JSON body.
@@ -213,7 +205,7 @@ async fn respond(
     encoder: HolmesEncoder,
 ) -> Result<Response, ApiError> {
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
-    let frames = sse::encode(&state, principal.clone(), id.clone(), follower, Box::new(encoder));
+    let frames = stream::encode(&state, principal.clone(), id.clone(), follower, Box::new(encoder));
     let mut response = if stream {
         stream_response(&state, principal, id.clone(), frames)
     } else {
@@ -239,10 +231,10 @@ fn stream_response(state: &AppState, principal: Principal, id: String, frames: m
             if frame.event.as_deref() == Some("approval_required") {
                 index_pause(&sessions, &principal, &id, &frame).await;
             }
-            Ok::<_, Infallible>(super::sse::sse_event(frame))
+            Ok::<_, Infallible>(super::stream::sse_event(frame))
         }
     });
-    super::sse::respond(state, events)
+    super::stream::respond(state, events)
 }
 
 /// Indexes the history an `approval_required` frame carries. A failure

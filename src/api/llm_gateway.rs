@@ -20,7 +20,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::sse;
+use super::stream;
 use crate::{
     api::openai_messages::WireMessage,
     app::AppState,
@@ -60,7 +60,7 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
         .await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
     let encoder = Box::new(LlmGatewayEncoder::for_chat(&id, 1, max_iterations));
-    Ok(sse::stream(&state, principal, id, follower, encoder))
+    Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
 /// `POST /chat/relay/{relayId}`: a permission decision for a live relay, on

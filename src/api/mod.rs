@@ -6,7 +6,7 @@ mod llm_gateway;
 mod native;
 mod openai_messages;
 mod ops;
-mod sse;
+mod stream;
 
 use axum::{
     Router,

@@ -10,7 +10,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::sse;
+use super::stream;
 use crate::{
     app::AppState,
     auth::Principal,
@@ -85,9 +85,9 @@ pub struct EventsQuery {
 }
 
 /// The encoder `?format=` names; 400 listing the known ones otherwise.
-fn encoder(format: Option<&str>) -> Result<Box<dyn Encoder>, ApiError> {
+fn encoder(state: &AppState, format: Option<&str>) -> Result<Box<dyn Encoder>, ApiError> {
     let name = format.unwrap_or("native");
-    encoder_for(name)
+    encoder_for(name, &state.model_limits)
         .ok_or_else(|| ApiError::bad_request(format!("unknown format {name:?}; known: {}", FORMATS.join(", "))))
 }
 
@@ -108,9 +108,9 @@ pub async fn events(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
         None => query.after.unwrap_or(0),
     };
-    let encoder = encoder(query.format.as_deref())?;
+    let encoder = encoder(&state, query.format.as_deref())?;
     let follower = state.sessions.follow(&principal, &id, after).await?;
-    Ok(sse::stream(&state, principal, id, follower, encoder))
+    Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,10 +132,10 @@ pub async fn send_message(
     Query(query): Query<FormatQuery>,
     Json(body): Json<SendMessage>,
 ) -> Result<Response, ApiError> {
-    let encoder = encoder(query.format.as_deref())?;
+    let encoder = encoder(&state, query.format.as_deref())?;
     let cursor = state.sessions.start_turn(&principal, &id, ChatMessage::text(Role::User, body.content)).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
-    Ok(sse::stream(&state, principal, id, follower, encoder))
+    Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,7 +173,7 @@ pub async fn tool_results(
     Query(query): Query<FormatQuery>,
     Json(body): Json<ToolResults>,
 ) -> Result<Response, ApiError> {
-    let encoder = encoder(query.format.as_deref())?;
+    let encoder = encoder(&state, query.format.as_deref())?;
     let outputs = body.results.into_iter().map(|r| (r.tool_call_id, r.output)).collect();
     let decisions = body
         .decisions
@@ -182,7 +182,7 @@ pub async fn tool_results(
         .collect();
     let cursor = state.sessions.resume(&principal, &id, Resume { outputs, decisions }).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
-    Ok(sse::stream(&state, principal, id, follower, encoder))
+    Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
 fn view(doc: &SessionDoc, last_seq: u64) -> Value {

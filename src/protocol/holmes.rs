@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
+use super::{Encoder, EventKind, Frame, Limits, LogEvent, ModelLimits, PendingCall, PendingRelay, TurnEndReason};
 use crate::{
     orchestrator::context::estimate_text,
     providers::{ChatMessage, Role, Usage},
@@ -38,13 +38,6 @@ use crate::{
 
 /// Holmes' error code for a rate limit; everything else is 1.
 const RATE_LIMIT_CODE: u32 = 5204;
-
-/// The model's context window and reserved output, for `metadata`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_tokens: u32,
-    pub max_output_tokens: u32,
-}
 
 /// How the stream's turn stopped, for [`Encoder::finish`].
 #[derive(Debug, Clone)]
@@ -55,9 +48,11 @@ enum Ending {
 
 #[derive(Default)]
 pub struct HolmesEncoder {
-    /// Unknown (`null` in `metadata`) when encoding without the config,
-    /// as for `?format=holmes` on a native stream.
+    /// Known from the start for `/api/chat`; for `?format=holmes` on a
+    /// native stream, looked up in `models` once an event or the stored
+    /// session names the model (`null` in `metadata` until then).
     limits: Option<Limits>,
+    models: ModelLimits,
     /// Arguments by tool call id: from `tool_call` events, or seeded by the
     /// handler from the stored calls of a resumed turn.
     params: HashMap<String, Value>,
@@ -81,6 +76,17 @@ pub struct HolmesEncoder {
 impl HolmesEncoder {
     pub fn new(limits: Option<Limits>) -> Self {
         Self { limits, ..Self::default() }
+    }
+
+    /// For a stream whose model is not known yet.
+    pub fn for_models(models: ModelLimits) -> Self {
+        Self { models, ..Self::default() }
+    }
+
+    fn learn_model(&mut self, alias: &str) {
+        if self.limits.is_none() {
+            self.limits = self.models.get(alias);
+        }
     }
 
     /// Remembers a call's arguments, for `params` of results this stream
@@ -270,8 +276,8 @@ impl Encoder for HolmesEncoder {
                 });
                 out.push(self.frame("conversation_history_compacted", data));
             }
-            EventKind::TurnStarted { .. }
-            | EventKind::TextDelta { .. }
+            EventKind::TurnStarted { model, .. } => self.learn_model(model),
+            EventKind::TextDelta { .. }
             | EventKind::ReasoningDelta { .. }
             | EventKind::RelayRequested(_)
             | EventKind::RelayDecided { .. }
@@ -293,6 +299,7 @@ impl Encoder for HolmesEncoder {
 
     fn finish(&mut self, doc: &SessionDoc) -> Vec<Frame> {
         let Some(ending) = self.ending.take() else { return Vec::new() };
+        self.learn_model(&doc.model);
         let history = render_history(&doc.messages);
         let metadata = self.final_metadata(doc);
         let (name, data) = match ending {

@@ -6,14 +6,66 @@
 //! last frame repeats it); nothing it holds outlives the stream, so any
 //! replica can encode any session.
 
+pub mod cosmo;
 pub mod events;
 pub mod holmes;
 pub mod llm_gateway;
 pub mod native;
+#[cfg(test)]
+mod testing;
+pub mod zot;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 pub use events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
 
-use crate::sessions::SessionDoc;
+use crate::{config::ModelConfig, sessions::SessionDoc};
+
+/// A model's context window and reserved output, for dialects that report
+/// context use (Holmes' `metadata`, Cosmo's `contextUsage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_tokens: u32,
+    pub max_output_tokens: u32,
+}
+
+/// [`Limits`] by model alias, built once from the configuration; encoders
+/// look up the alias a session's events or stored document name.
+#[derive(Debug, Clone, Default)]
+pub struct ModelLimits(Arc<HashMap<String, Limits>>);
+
+impl ModelLimits {
+    pub fn of(models: &BTreeMap<String, ModelConfig>) -> Self {
+        (models.iter())
+            .map(|(alias, m)| {
+                (alias.clone(), Limits { max_tokens: m.context_window, max_output_tokens: m.max_output_tokens })
+            })
+            .collect()
+    }
+
+    pub fn get(&self, alias: &str) -> Option<Limits> {
+        self.0.get(alias).copied()
+    }
+}
+
+impl FromIterator<(String, Limits)> for ModelLimits {
+    fn from_iter<I: IntoIterator<Item = (String, Limits)>>(limits: I) -> Self {
+        Self(Arc::new(limits.into_iter().collect()))
+    }
+}
+
+/// How a dialect's frames travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `text/event-stream`: each frame's `event:`, `data:` and `id:` lines
+    /// (those it has), keep-alive comments.
+    Sse,
+    /// `application/x-ndjson`: each frame's `data` on a line of its own.
+    Ndjson,
+}
 
 /// One frame, independent of the HTTP framework: an SSE event (`id`,
 /// `event`, `data`), or for line-based dialects just the `data` line.
@@ -33,6 +85,10 @@ impl Frame {
 pub trait Encoder: Send {
     /// The dialect's `?format=` name (a metric label).
     fn dialect(&self) -> &'static str;
+
+    fn transport(&self) -> Transport {
+        Transport::Sse
+    }
 
     /// The frames for one event (none, for events the dialect does not show).
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame>;
@@ -54,14 +110,17 @@ pub trait Encoder: Send {
 }
 
 /// The encoder for `?format=<name>`, or `None` for an unknown name.
-pub fn encoder_for(format: &str) -> Option<Box<dyn Encoder>> {
+/// `models` lets it find the limits of the model the session names.
+pub fn encoder_for(format: &str, models: &ModelLimits) -> Option<Box<dyn Encoder>> {
     match format {
         "native" => Some(Box::new(native::NativeEncoder)),
-        "holmes" => Some(Box::new(holmes::HolmesEncoder::default())),
+        "holmes" => Some(Box::new(holmes::HolmesEncoder::for_models(models.clone()))),
         "llm-gateway" => Some(Box::new(llm_gateway::LlmGatewayEncoder::default())),
+        "cosmo" => Some(Box::new(cosmo::CosmoEncoder::new(models.clone()))),
+        "zot" => Some(Box::new(zot::ZotEncoder::default())),
         _ => None,
     }
 }
 
 /// The names `?format=` accepts, for error messages.
-pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway"];
+pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway", "cosmo", "zot"];

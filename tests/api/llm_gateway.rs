@@ -347,13 +347,24 @@ impl RawSse {
     }
 }
 
-/// Replaces run-specific values with placeholders: the given strings, and
-/// every `"ts":<digits>`. Heartbeat comments are dropped.
+/// Replaces run-specific values with placeholders: the given strings, every
+/// `"ts":<digits>` and every `"time":"<string>"`. Heartbeat comments are
+/// dropped.
 pub fn normalise(text: &str, replacements: &[(&str, &str)]) -> String {
     let mut out = text.replace("\r\n", "\n");
     for (from, to) in replacements {
         out = out.replace(from, to);
     }
+    let mut timeless = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find("\"time\":\"") {
+        let (head, tail) = rest.split_at(at + "\"time\":\"".len());
+        timeless.push_str(head);
+        timeless.push_str("<time>");
+        rest = &tail[tail.find('"').unwrap_or(tail.len())..];
+    }
+    timeless.push_str(rest);
+    let out = timeless;
     let mut masked = String::with_capacity(out.len());
     let mut rest = out.as_str();
     while let Some(at) = rest.find("\"ts\":") {

@@ -10,6 +10,7 @@ mod auth;
 mod auth_keys;
 mod config_cli;
 mod credentials;
+mod dialects;
 mod fuzz;
 mod health;
 mod holmes;

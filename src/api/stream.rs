@@ -1,14 +1,20 @@
-//! Turns a session follower into an SSE response in any dialect: the
-//! encoder renders each event, keep-alive comments fill idle time, and the
-//! stream ends at shutdown (the follower stops, so clients reconnect to
-//! another replica with `Last-Event-ID`).
+//! Turns a session follower into a streaming response in any dialect: the
+//! encoder renders each event, sent as SSE or, for line-based dialects, as
+//! NDJSON; keep-alives fill idle time, and the stream ends at shutdown (the
+//! follower stops, so clients reconnect to another replica with
+//! `Last-Event-ID` or `?after=`).
 
 use std::convert::Infallible;
 
-use axum::response::{
-    IntoResponse, Response,
-    sse::{Event as SseEvent, KeepAlive, Sse},
+use axum::{
+    body::Body,
+    http::{HeaderValue, header},
+    response::{
+        IntoResponse, Response,
+        sse::{Event as SseEvent, KeepAlive, Sse},
+    },
 };
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -16,15 +22,20 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::{
     app::AppState,
     auth::Principal,
-    protocol::{Encoder, Frame},
+    protocol::{Encoder, Frame, Transport},
     sessions::FollowItem,
 };
+
+/// The keep-alive line of NDJSON streams, for idle time (a relay wait):
+/// proxies close connections that stay silent. A JSON object with a `type`
+/// of its own, which line-based consumers skip like any type they do not map.
+const NDJSON_HEARTBEAT: &[u8] = b"{\"type\":\"heartbeat\"}\n";
 
 /// Frames buffered between the encoding task and the HTTP body.
 const FRAME_BUFFER: usize = 64;
 
-/// Streams `follower` through `encoder` as SSE. The session is re-read at
-/// the end only for encoders that want it.
+/// Streams `follower` through `encoder`, in the encoder's transport. The
+/// session is re-read at the end only for encoders that want it.
 pub fn stream(
     state: &AppState,
     principal: Principal,
@@ -32,8 +43,14 @@ pub fn stream(
     follower: mpsc::Receiver<FollowItem>,
     encoder: Box<dyn Encoder>,
 ) -> Response {
+    let transport = encoder.transport();
     let frames = encode(state, principal, session_id, follower, encoder);
-    respond(state, ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame))))
+    match transport {
+        Transport::Sse => {
+            respond(state, ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame))))
+        }
+        Transport::Ndjson => ndjson(state, frames),
+    }
 }
 
 /// Runs the encoder in a task of its own (owned by the app's tracker) and
@@ -115,6 +132,31 @@ pub fn respond(
     let keep_alive = KeepAlive::new().interval(state.config.server.heartbeat).text("heartbeat");
     let mut response = Sse::new(events).keep_alive(keep_alive).into_response();
     // Proxies (nginx) must not buffer the stream.
-    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// An NDJSON response: each frame's `data` and a newline; after
+/// `server.heartbeat_secs` without a frame, a heartbeat line.
+fn ndjson(state: &AppState, frames: mpsc::Receiver<Frame>) -> Response {
+    let period = state.config.server.heartbeat;
+    let idle = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let lines = futures::stream::unfold((frames, idle), |(mut frames, mut idle)| async move {
+        let line = tokio::select! {
+            frame = frames.recv() => {
+                idle.reset();
+                let mut line = frame?.data.into_bytes();
+                line.push(b'\n');
+                Bytes::from(line)
+            }
+            _ = idle.tick() => Bytes::from_static(NDJSON_HEARTBEAT),
+        };
+        Some((Ok::<_, Infallible>(line), (frames, idle)))
+    });
+    let mut response = Body::from_stream(lines).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
 }

@@ -1,0 +1,239 @@
+//! The Cosmo dialect (PROTOCOLS.md §3): one JSON `ChatEvent` per SSE frame,
+//! `data: {sessionId, type, …}` with our `id: <seq>` (no `event:` line, so
+//! `EventSource.onmessage` sees every frame).
+//!
+//! | canonical event | Cosmo |
+//! |---|---|
+//! | `turn_started`; the last open tool call's `tool_result` (the next model call begins) | `thinking` |
+//! | `text_delta` | `text {text}` |
+//! | `usage` (the end of a model call) that asked for tools | `tool_call {toolName, toolCallId, toolArgs}` per call, denied ones included (their result says so) |
+//! | `tool_result` | `tool_result {toolCallId, toolName, toolResult}`: a preview of at most 200 characters |
+//! | `error` | `error {error}` |
+//! | `turn_ended` cancelled | `error {error: "the turn was cancelled"}` |
+//! | the stream's end after `turn_ended` final or max_iterations, or `paused` | `done {contextUsage?}` |
+//!
+//! `contextUsage` is the last model call's input plus output tokens against
+//! the model's context window. Ours: `done` carries `stopReason` when the
+//! turn did not simply finish (`max_iterations`, or `paused` when it waits
+//! for the client's tool results or approvals, given over the native API),
+//! and a `thinking` after a takeover carries `restartedStep`: the text since
+//! the previous `thinking` is void and is generated again.
+//!
+//! Not shown: reasoning (the `thinking` indicator stands for it), argument
+//! fragments, relays and decisions, usage, compaction, and subagents' own
+//! events (the parent's `agent` tool call and result stand for them). Cosmo's
+//! `title-updated` is never sent: sessions have no titles.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Value, json};
+
+use super::{Encoder, EventKind, Frame, Limits, LogEvent, ModelLimits, TurnEndReason};
+use crate::{providers::Usage, sessions::SessionDoc};
+
+/// Cosmo's limit on a `tool_result` preview, in characters.
+const PREVIEW_CHARS: usize = 200;
+
+/// How the stream's turn stopped, for the `done` sent at its end.
+enum Ending {
+    Done {
+        stop_reason: Option<&'static str>,
+    },
+    /// An `error` was sent: no `done`.
+    Errored,
+}
+
+pub struct CosmoEncoder {
+    models: ModelLimits,
+    session_id: String,
+    /// This step's tool calls in the order they opened: id, name, argument text.
+    step_calls: Vec<(String, String, String)>,
+    /// Calls shown with `tool_call` whose result is still to come.
+    open_calls: HashSet<String>,
+    /// Every call shown with `tool_call` on this stream.
+    shown_calls: HashSet<String>,
+    /// Arguments of calls whose fragments this stream saw.
+    arguments: HashMap<String, Value>,
+    last_call: Option<Usage>,
+    ending: Option<Ending>,
+}
+
+impl CosmoEncoder {
+    pub fn new(models: ModelLimits) -> Self {
+        Self {
+            models,
+            session_id: String::new(),
+            step_calls: Vec::new(),
+            open_calls: HashSet::new(),
+            shown_calls: HashSet::new(),
+            arguments: HashMap::new(),
+            last_call: None,
+            ending: None,
+        }
+    }
+
+    fn frame(&self, seq: Option<u64>, kind: &str, fields: Value) -> Frame {
+        let mut data = json!({"sessionId": self.session_id, "type": kind});
+        if let (Value::Object(data), Value::Object(fields)) = (&mut data, fields) {
+            data.extend(fields);
+        }
+        Frame { id: seq.map(|s| s.to_string()), event: None, data: data.to_string() }
+    }
+
+    fn tool_call(&mut self, seq: u64, id: &str, name: &str, arguments: Value) -> Frame {
+        self.shown_calls.insert(id.to_string());
+        self.open_calls.insert(id.to_string());
+        self.frame(Some(seq), "tool_call", json!({"toolName": name, "toolCallId": id, "toolArgs": arguments}))
+    }
+
+    fn context_usage(&self, doc: &SessionDoc) -> Option<Value> {
+        let Limits { max_tokens, .. } = self.models.get(&doc.model)?;
+        let used = match self.last_call {
+            Some(usage) => usage.input_tokens + usage.output_tokens,
+            // A stream that joined after the last model call.
+            None => crate::orchestrator::context::estimate(&doc.messages),
+        };
+        let percentage = (used as f64 / f64::from(max_tokens.max(1)) * 10_000.0).round() / 100.0;
+        Some(json!({"usedTokens": used, "maxTokens": max_tokens, "percentage": percentage}))
+    }
+}
+
+impl Encoder for CosmoEncoder {
+    fn dialect(&self) -> &'static str {
+        "cosmo"
+    }
+
+    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+        if self.session_id.is_empty() {
+            self.session_id = event.session_id.to_string();
+        }
+        if event.event.agent.parent_id.is_some() {
+            return Vec::new();
+        }
+        let seq = event.seq;
+        match &event.event.kind {
+            EventKind::TurnStarted { .. } => vec![self.frame(Some(seq), "thinking", json!({}))],
+            EventKind::TextDelta { text } => vec![self.frame(Some(seq), "text", json!({"text": text}))],
+            EventKind::ToolCallStarted { tool_call_id, name } => {
+                self.step_calls.push((tool_call_id.clone(), name.clone(), String::new()));
+                Vec::new()
+            }
+            EventKind::ToolCallArgs { tool_call_id, delta } => {
+                if let Some((_, _, text)) = self.step_calls.iter_mut().find(|(id, ..)| id == tool_call_id) {
+                    text.push_str(delta);
+                }
+                Vec::new()
+            }
+            EventKind::Usage { usage, .. } => {
+                self.last_call = Some(*usage);
+                let calls = std::mem::take(&mut self.step_calls);
+                calls
+                    .into_iter()
+                    .map(|(id, name, text)| {
+                        let arguments = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
+                        self.arguments.insert(id.clone(), arguments.clone());
+                        self.tool_call(seq, &id, &name, arguments)
+                    })
+                    .collect()
+            }
+            EventKind::ToolCall { tool_call_id, name, arguments } if !self.shown_calls.contains(tool_call_id) => {
+                vec![self.tool_call(seq, tool_call_id, name, arguments.clone())]
+            }
+            EventKind::ToolResult { tool_call_id, name, output, .. } => {
+                let mut frames = Vec::new();
+                if !self.shown_calls.contains(tool_call_id) {
+                    // A stream that joined after the call was announced.
+                    let arguments = self.arguments.get(tool_call_id).cloned().unwrap_or_else(|| json!({}));
+                    frames.push(self.tool_call(seq, tool_call_id, name, arguments));
+                }
+                let preview = preview(output);
+                frames.push(self.frame(
+                    Some(seq),
+                    "tool_result",
+                    json!({"toolCallId": tool_call_id, "toolName": name, "toolResult": preview}),
+                ));
+                if self.open_calls.remove(tool_call_id) && self.open_calls.is_empty() {
+                    frames.push(self.frame(Some(seq), "thinking", json!({})));
+                }
+                frames
+            }
+            EventKind::StepRestarted { step, .. } => {
+                self.step_calls.clear();
+                vec![self.frame(Some(seq), "thinking", json!({"restartedStep": step}))]
+            }
+            EventKind::Paused { .. } => {
+                self.ending = Some(Ending::Done { stop_reason: Some("paused") });
+                Vec::new()
+            }
+            EventKind::Error { message, .. } => {
+                self.ending = Some(Ending::Errored);
+                vec![self.frame(Some(seq), "error", json!({"error": message}))]
+            }
+            EventKind::TurnEnded { reason, .. } => match reason {
+                TurnEndReason::Final => {
+                    self.ending.get_or_insert(Ending::Done { stop_reason: None });
+                    Vec::new()
+                }
+                TurnEndReason::MaxIterations => {
+                    self.ending.get_or_insert(Ending::Done { stop_reason: Some("max_iterations") });
+                    Vec::new()
+                }
+                TurnEndReason::Cancelled => {
+                    self.ending = Some(Ending::Errored);
+                    vec![self.frame(Some(seq), "error", json!({"error": "the turn was cancelled"}))]
+                }
+                TurnEndReason::Failed => {
+                    self.ending.get_or_insert(Ending::Errored);
+                    Vec::new()
+                }
+            },
+            EventKind::ToolCall { .. }
+            | EventKind::MessageCompleted { .. }
+            | EventKind::ReasoningDelta { .. }
+            | EventKind::RelayRequested(_)
+            | EventKind::RelayDecided { .. }
+            | EventKind::Resumed { .. }
+            | EventKind::CompactionStarted { .. }
+            | EventKind::CompactionDone { .. } => Vec::new(),
+        }
+    }
+
+    fn failure(&mut self, _code: &str, message: &str) -> Vec<Frame> {
+        self.ending = Some(Ending::Errored);
+        vec![self.frame(None, "error", json!({"error": message}))]
+    }
+
+    fn wants_finish(&self) -> bool {
+        matches!(self.ending, Some(Ending::Done { .. }))
+    }
+
+    fn finish(&mut self, doc: &SessionDoc) -> Vec<Frame> {
+        let Some(Ending::Done { stop_reason }) = self.ending.take() else { return Vec::new() };
+        if self.session_id.is_empty() {
+            self.session_id = doc.id.clone();
+        }
+        let mut fields = json!({});
+        if let Some(usage) = self.context_usage(doc) {
+            fields["contextUsage"] = usage;
+        }
+        if let Some(reason) = stop_reason {
+            fields["stopReason"] = json!(reason);
+        }
+        vec![self.frame(None, "done", fields)]
+    }
+}
+
+/// A tool output as text, cut to [`PREVIEW_CHARS`] characters.
+fn preview(output: &Value) -> String {
+    let text = match output {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    match text.char_indices().nth(PREVIEW_CHARS) {
+        Some((cut, _)) => text[..cut].to_string(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests;

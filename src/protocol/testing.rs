@@ -1,0 +1,51 @@
+//! Helpers for the encoders' unit tests: events as the log hands them out,
+//! and a stored session for `finish`.
+
+use serde_json::{Value, json};
+
+use super::{AgentRef, EventKind, Frame, LogEvent, events::Event};
+use crate::{providers::Usage, sessions::SessionDoc};
+
+pub fn main_agent() -> AgentRef {
+    AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 }
+}
+
+/// Event `seq` of session `s1`, by the main agent.
+pub fn event(seq: u64, kind: EventKind) -> LogEvent {
+    LogEvent { seq, session_id: "s1".into(), event: Event { kind, agent: main_agent(), ts: 1 } }
+}
+
+/// Event `seq` of session `s1`, by a subagent of the main agent's call `c9`.
+pub fn subagent_event(seq: u64, kind: EventKind) -> LogEvent {
+    let agent = AgentRef { agent_id: "sub1".into(), parent_id: Some("c9".into()), depth: 1 };
+    LogEvent { seq, session_id: "s1".into(), event: Event { kind, agent, ts: 1 } }
+}
+
+pub fn usage(input_tokens: u64, output_tokens: u64) -> Usage {
+    Usage { input_tokens, output_tokens, cache_read_tokens: 0, cache_write_tokens: 0 }
+}
+
+/// Session `s1` on `model`, as stored after a turn.
+pub fn doc(model: &str) -> SessionDoc {
+    serde_json::from_value(json!({
+        "id": "s1", "tenant": "acme", "subject": "alice", "status": "completed", "owner": "a",
+        "model": model, "dialect": "native", "created_ms": 1, "updated_ms": 2, "turn": 1,
+        "messages": [], "pending_relays": [], "pending_calls": [],
+        "usage": {"input_tokens": 0, "output_tokens": 0}, "last_seq": 9, "options": {},
+    }))
+    .expect("a valid session document")
+}
+
+pub fn data(frame: &Frame) -> Value {
+    serde_json::from_str(&frame.data).expect("JSON data")
+}
+
+/// Every frame's data, in order.
+pub fn all_data(frames: &[Frame]) -> Vec<Value> {
+    frames.iter().map(data).collect()
+}
+
+/// The `type` of each frame's data, in order.
+pub fn types(frames: &[Frame]) -> Vec<String> {
+    frames.iter().map(|f| data(f)["type"].as_str().unwrap_or_default().to_string()).collect()
+}

@@ -1,0 +1,208 @@
+//! The zot dialect (PROTOCOLS.md §4): NDJSON, one bare event object per
+//! line, as zot's agent writes them and Colibri's Glasspane reads them.
+//!
+//! zot's `turn` is one model call, our *step*; our turn is its run up to
+//! `done`. So a step opens with `turn_start {step}` + `assistant_start` at
+//! its first output, and a step that asked for tools closes with
+//! `turn_end {stop: "tool_use"}` before its results:
+//!
+//! | canonical event | zot |
+//! |---|---|
+//! | first output of a step | `turn_start {step}`, `assistant_start` |
+//! | `text_delta` | `text_delta {delta}` |
+//! | `tool_call_started` / `tool_call_args` | `tool_use_start {id, name}` / `tool_use_args {id, delta}` |
+//! | `usage` (every model call ends with one) | `tool_use_end {id}` per call, `usage {input, output, cache_read, cache_write, cumulative}`, `assistant_message {content, time}` (the step's text from `message_completed`, and `tool_call` blocks) |
+//! | `tool_call` (permitted) | `tool_call {id, name, args}` (Glasspane skips it: `tool_use_start` opened the call) |
+//! | `tool_result` | `turn_end {stop: "tool_use"}` before the step's first one; `tool_result {id, is_error, content}` |
+//! | `error` | `turn_end {stop: "error", error}` if a step is open; `error {message}` |
+//! | `turn_ended` | `turn_end {stop: "end"}` (`"aborted"` when cancelled) if a step is open; `done` |
+//! | `paused` | `turn_end {stop: "tool_use"}` if owed; `done {paused: true}` |
+//! | `step_restarted` (takeover) | `turn_end {stop: "aborted"}` for the cut step; the step starts again |
+//!
+//! Ours on every line: `seq`, so a consumer can rejoin with `?after=<seq>`;
+//! and when nothing happens for a while, a `{"type":"heartbeat"}` line. zot's
+//! `usage.cost_usd` is left out (prices are the provider's), and so are
+//! `user_message` (the events do not carry the user's text), reasoning,
+//! relays (the call's `tool_result` comes once decided), compaction and
+//! subagents' own events (the parent's `agent` call stands for them).
+
+use serde_json::{Map, Value, json};
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+
+use super::{Encoder, EventKind, Frame, LogEvent, Transport, TurnEndReason};
+use crate::providers::Usage;
+
+#[derive(Default)]
+pub struct ZotEncoder {
+    /// The last step number shown.
+    step: u32,
+    /// A `turn_start` was sent and its `turn_end` not yet.
+    in_step: bool,
+    /// This step's tool calls, in order: id, name, argument text.
+    calls: Vec<(String, String, String)>,
+    /// This step's text, from its `message_completed`.
+    text: Option<String>,
+    /// The step asked for tools: `turn_end {stop: "tool_use"}` is owed
+    /// before what the tools bring.
+    tool_use_end_due: bool,
+}
+
+impl ZotEncoder {
+    fn line(seq: u64, kind: &str, fields: Value) -> Frame {
+        let mut object = Map::new();
+        object.insert("type".into(), json!(kind));
+        if let Value::Object(fields) = fields {
+            object.extend(fields);
+        }
+        object.insert("seq".into(), json!(seq));
+        Frame { id: Some(seq.to_string()), event: None, data: Value::Object(object).to_string() }
+    }
+
+    /// Opens a step if none is open.
+    fn start_step(&mut self, seq: u64, out: &mut Vec<Frame>) {
+        if !self.in_step {
+            self.step += 1;
+            self.in_step = true;
+            out.push(Self::line(seq, "turn_start", json!({"step": self.step})));
+            out.push(Self::line(seq, "assistant_start", json!({})));
+        }
+    }
+
+    fn end_step(&mut self, seq: u64, fields: Value, out: &mut Vec<Frame>) {
+        if self.in_step {
+            self.in_step = false;
+            out.push(Self::line(seq, "turn_end", fields));
+        }
+    }
+
+    /// Sends the owed `turn_end {stop: "tool_use"}`.
+    fn settle_tool_use(&mut self, seq: u64, out: &mut Vec<Frame>) {
+        if std::mem::take(&mut self.tool_use_end_due) {
+            self.end_step(seq, json!({"stop": "tool_use"}), out);
+        }
+    }
+
+    /// The end of a model call, in zot's order: its tool uses end, its
+    /// usage, its whole message.
+    fn end_of_call(&mut self, seq: u64, ts: u64, usage: &Usage, total: &Usage, out: &mut Vec<Frame>) {
+        self.start_step(seq, out);
+        let mut blocks = Vec::new();
+        if let Some(text) = self.text.take().filter(|t| !t.is_empty()) {
+            blocks.push(json!({"type": "text", "text": text}));
+        }
+        for (id, name, text) in std::mem::take(&mut self.calls) {
+            out.push(Self::line(seq, "tool_use_end", json!({"id": id})));
+            let args: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
+            blocks.push(json!({"type": "tool_call", "id": id, "name": name, "args": args}));
+            self.tool_use_end_due = true;
+        }
+        let mut fields = usage_fields(usage);
+        fields["cumulative"] = usage_fields(total);
+        out.push(Self::line(seq, "usage", fields));
+        out.push(Self::line(seq, "assistant_message", json!({"content": blocks, "time": iso_time(ts)})));
+    }
+}
+
+impl Encoder for ZotEncoder {
+    fn dialect(&self) -> &'static str {
+        "zot"
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::Ndjson
+    }
+
+    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+        if event.event.agent.parent_id.is_some() {
+            return Vec::new();
+        }
+        let seq = event.seq;
+        let mut out = Vec::new();
+        match &event.event.kind {
+            EventKind::TextDelta { text } => {
+                self.start_step(seq, &mut out);
+                out.push(Self::line(seq, "text_delta", json!({"delta": text})));
+            }
+            EventKind::ReasoningDelta { .. } => self.start_step(seq, &mut out),
+            EventKind::ToolCallStarted { tool_call_id, name } => {
+                self.start_step(seq, &mut out);
+                self.calls.push((tool_call_id.clone(), name.clone(), String::new()));
+                out.push(Self::line(seq, "tool_use_start", json!({"id": tool_call_id, "name": name})));
+            }
+            EventKind::ToolCallArgs { tool_call_id, delta } => {
+                if let Some((_, _, text)) = self.calls.iter_mut().find(|(id, ..)| id == tool_call_id) {
+                    text.push_str(delta);
+                }
+                out.push(Self::line(seq, "tool_use_args", json!({"id": tool_call_id, "delta": delta})));
+            }
+            EventKind::MessageCompleted { content, .. } => self.text.clone_from(content),
+            EventKind::Usage { usage, total } => self.end_of_call(seq, event.event.ts, usage, total, &mut out),
+            EventKind::ToolCall { tool_call_id, name, arguments } => {
+                out.push(Self::line(seq, "tool_call", json!({"id": tool_call_id, "name": name, "args": arguments})));
+            }
+            EventKind::ToolResult { tool_call_id, status, output, .. } => {
+                self.settle_tool_use(seq, &mut out);
+                let text = match output {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                out.push(Self::line(
+                    seq,
+                    "tool_result",
+                    json!({"id": tool_call_id, "is_error": status != "success",
+                           "content": [{"type": "text", "text": text}]}),
+                ));
+            }
+            EventKind::RelayRequested(_) => self.settle_tool_use(seq, &mut out),
+            EventKind::StepRestarted { step, .. } => {
+                self.end_step(seq, json!({"stop": "aborted"}), &mut out);
+                self.calls.clear();
+                self.text = None;
+                self.tool_use_end_due = false;
+                self.step = step.saturating_sub(1);
+            }
+            EventKind::Error { message, .. } => {
+                self.settle_tool_use(seq, &mut out);
+                self.end_step(seq, json!({"stop": "error", "error": message}), &mut out);
+                out.push(Self::line(seq, "error", json!({"message": message})));
+            }
+            EventKind::Paused { .. } => {
+                self.settle_tool_use(seq, &mut out);
+                out.push(Self::line(seq, "done", json!({"paused": true})));
+            }
+            EventKind::TurnEnded { reason, .. } => {
+                self.settle_tool_use(seq, &mut out);
+                let stop = if *reason == TurnEndReason::Cancelled { "aborted" } else { "end" };
+                self.end_step(seq, json!({"stop": stop}), &mut out);
+                out.push(Self::line(seq, "done", json!({})));
+            }
+            EventKind::TurnStarted { .. }
+            | EventKind::Resumed { .. }
+            | EventKind::RelayDecided { .. }
+            | EventKind::CompactionStarted { .. }
+            | EventKind::CompactionDone { .. } => {}
+        }
+        out
+    }
+
+    fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
+        let data = json!({"type": "error", "message": message, "code": code});
+        vec![Frame { id: None, event: None, data: data.to_string() }]
+    }
+}
+
+fn usage_fields(usage: &Usage) -> Value {
+    json!({"input": usage.input_tokens, "output": usage.output_tokens,
+           "cache_read": usage.cache_read_tokens, "cache_write": usage.cache_write_tokens})
+}
+
+/// Unix milliseconds as zot writes times: `2026-06-21T22:36:06.817Z`.
+fn iso_time(ms: u64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

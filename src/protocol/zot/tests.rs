@@ -1,0 +1,180 @@
+use serde_json::json;
+
+use super::*;
+use crate::protocol::testing::{all_data, event, subagent_event, types, usage};
+
+fn encode_all(encoder: &mut ZotEncoder, events: Vec<EventKind>) -> Vec<Frame> {
+    events.into_iter().enumerate().flat_map(|(i, kind)| encoder.encode(&event(i as u64 + 1, kind))).collect()
+}
+
+fn completed(content: Option<&str>) -> EventKind {
+    EventKind::MessageCompleted { content: content.map(str::to_string), reasoning: None }
+}
+
+fn ended(reason: TurnEndReason) -> EventKind {
+    EventKind::TurnEnded { reason, iterations: 2, usage: usage(0, 0) }
+}
+
+/// The real zot transcript of seed 004 (one `bash` call, then an answer),
+/// as canonical events: the encoder gives back zot's own sequence.
+#[test]
+fn a_tool_round_gives_the_seed_transcripts_sequence() {
+    let mut encoder = ZotEncoder::default();
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TurnStarted { turn: 1, model: "m".into() },
+            EventKind::ToolCallStarted { tool_call_id: "call_00".into(), name: "bash".into() },
+            EventKind::ToolCallArgs { tool_call_id: "call_00".into(), delta: "{".into() },
+            EventKind::ToolCallArgs { tool_call_id: "call_00".into(), delta: r#""command": "uname -a""#.into() },
+            EventKind::ToolCallArgs { tool_call_id: "call_00".into(), delta: "}".into() },
+            completed(None),
+            EventKind::Usage { usage: usage(896, 20), total: usage(896, 20) },
+            EventKind::ToolCall {
+                tool_call_id: "call_00".into(),
+                name: "bash".into(),
+                arguments: json!({"command": "uname -a"}),
+            },
+            EventKind::ToolResult {
+                tool_call_id: "call_00".into(),
+                name: "bash".into(),
+                status: "success".into(),
+                output: json!("FreeBSD 15.0"),
+            },
+            EventKind::TextDelta { text: "This".into() },
+            EventKind::TextDelta { text: " system".into() },
+            completed(Some("This system")),
+            EventKind::Usage { usage: usage(950, 5), total: usage(1846, 25) },
+            ended(TurnEndReason::Final),
+        ],
+    );
+    assert_eq!(
+        types(&frames),
+        [
+            "turn_start",
+            "assistant_start",
+            "tool_use_start",
+            "tool_use_args",
+            "tool_use_args",
+            "tool_use_args",
+            "tool_use_end",
+            "usage",
+            "assistant_message",
+            "tool_call",
+            "turn_end",
+            "tool_result",
+            "turn_start",
+            "assistant_start",
+            "text_delta",
+            "text_delta",
+            "usage",
+            "assistant_message",
+            "turn_end",
+            "done",
+        ]
+    );
+    let data = all_data(&frames);
+    assert_eq!(data[0], json!({"type": "turn_start", "step": 1, "seq": 2}));
+    assert_eq!(
+        data[8]["content"],
+        json!([{"type": "tool_call", "id": "call_00", "name": "bash", "args": {"command": "uname -a"}}])
+    );
+    assert_eq!(data[8]["time"], "1970-01-01T00:00:00.001Z");
+    assert_eq!(
+        data[7],
+        json!({"type": "usage", "input": 896, "output": 20, "cache_read": 0, "cache_write": 0,
+        "cumulative": {"input": 896, "output": 20, "cache_read": 0, "cache_write": 0}, "seq": 7})
+    );
+    assert_eq!(data[10], json!({"type": "turn_end", "stop": "tool_use", "seq": 9}));
+    assert_eq!(
+        data[11],
+        json!({"type": "tool_result", "id": "call_00", "is_error": false,
+        "content": [{"type": "text", "text": "FreeBSD 15.0"}], "seq": 9})
+    );
+    assert_eq!(data[12]["step"], 2);
+    assert_eq!(data[17]["content"], json!([{"type": "text", "text": "This system"}]));
+    assert_eq!(data[18], json!({"type": "turn_end", "stop": "end", "seq": 14}));
+    assert_eq!(data[19], json!({"type": "done", "seq": 14}));
+    assert!(frames.iter().all(|f| f.event.is_none()));
+    assert_eq!(encoder.transport(), Transport::Ndjson);
+}
+
+#[test]
+fn an_upstream_error_ends_the_step_then_reports_then_is_done() {
+    let mut encoder = ZotEncoder::default();
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TextDelta { text: "Hel".into() },
+            EventKind::Error { code: "upstream_disconnected".into(), message: "lost".into(), retry_after_secs: None },
+            ended(TurnEndReason::Failed),
+        ],
+    );
+    let data = all_data(&frames);
+    assert_eq!(types(&frames), ["turn_start", "assistant_start", "text_delta", "turn_end", "error", "done"]);
+    assert_eq!(data[3], json!({"type": "turn_end", "stop": "error", "error": "lost", "seq": 2}));
+    assert_eq!(data[4], json!({"type": "error", "message": "lost", "seq": 2}));
+}
+
+#[test]
+fn a_denied_call_is_an_error_result_and_a_pause_owes_its_turn_end_then_is_done() {
+    let mut encoder = ZotEncoder::default();
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "wipe".into() },
+            EventKind::ToolCallStarted { tool_call_id: "c2".into(), name: "render_chart".into() },
+            EventKind::Usage { usage: usage(10, 2), total: usage(10, 2) },
+            EventKind::ToolResult {
+                tool_call_id: "c1".into(),
+                name: "wipe".into(),
+                status: "denied".into(),
+                output: json!("Permission denied"),
+            },
+            EventKind::Paused { pending_relays: vec![], pending_calls: vec![] },
+        ],
+    );
+    assert_eq!(
+        types(&frames),
+        [
+            "turn_start",
+            "assistant_start",
+            "tool_use_start",
+            "tool_use_start",
+            "tool_use_end",
+            "tool_use_end",
+            "usage",
+            "assistant_message",
+            "turn_end",
+            "tool_result",
+            "done"
+        ]
+    );
+    assert_eq!(all_data(&frames)[9]["is_error"], true);
+    assert_eq!(all_data(&frames)[10], json!({"type": "done", "paused": true, "seq": 5}));
+}
+
+#[test]
+fn a_restarted_step_is_aborted_and_starts_again_with_its_number() {
+    let mut encoder = ZotEncoder::default();
+    let mut frames = encode_all(&mut encoder, vec![EventKind::TextDelta { text: "par".into() }]);
+    frames.extend(encoder.encode(&event(5, EventKind::StepRestarted { step: 1, replica: "b".into() })));
+    frames.extend(encoder.encode(&event(6, EventKind::TextDelta { text: "full".into() })));
+    let data = all_data(&frames);
+    assert_eq!(
+        types(&frames),
+        ["turn_start", "assistant_start", "text_delta", "turn_end", "turn_start", "assistant_start", "text_delta"]
+    );
+    assert_eq!(data[3]["stop"], "aborted");
+    assert_eq!(data[4]["step"], 1, "the same step again");
+}
+
+#[test]
+fn a_cancel_is_an_aborted_turn_end_and_subagents_are_not_shown() {
+    let mut encoder = ZotEncoder::default();
+    assert!(encoder.encode(&subagent_event(1, EventKind::TextDelta { text: "inner".into() })).is_empty());
+    let frames =
+        encode_all(&mut encoder, vec![EventKind::TextDelta { text: "a".into() }, ended(TurnEndReason::Cancelled)]);
+    assert_eq!(all_data(&frames)[3], json!({"type": "turn_end", "stop": "aborted", "seq": 2}));
+    assert_eq!(types(&frames).last().unwrap(), "done");
+}
