@@ -39,7 +39,7 @@ use crate::{
     protocol::{Frame, holmes::HolmesEncoder},
     providers::{ChatMessage, Role},
     sessions::{
-        Decision, Resume,
+        Decision, NewSession, Resume,
         state::{ApprovalMode, FrontendMode, SessionOptions},
     },
     telemetry::timing::UpstreamElapsed,
@@ -107,8 +107,8 @@ async fn ask(
             };
             let options = options(&request);
             let seed = seed(history, &options, state.enabled_prompts.as_deref());
-            let (id, cursor) =
-                state.sessions.start_conversation(&principal, &model, "holmes", options, seed, message).await?;
+            let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options };
+            let (id, cursor) = state.sessions.start_conversation(&principal, new, seed, message).await?;
             (id, model, cursor)
         }
     };

@@ -29,7 +29,7 @@ use crate::{
     protocol::llm_gateway::LlmGatewayEncoder,
     providers::{ChatMessage, Role},
     sessions::{
-        SessionError,
+        NewSession, SessionError,
         state::{ApprovalMode, PermissionRules, RelayDecision, SessionOptions},
     },
 };
@@ -54,10 +54,8 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
         approval: ApprovalMode::Relay,
         ..SessionOptions::default()
     };
-    let (id, cursor) = state
-        .sessions
-        .start_conversation(&principal, &request.model, "llm-gateway", options, request.history, request.message)
-        .await?;
+    let new = NewSession { id: None, model: request.model, dialect: "llm-gateway", options };
+    let (id, cursor) = state.sessions.start_conversation(&principal, new, request.history, request.message).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
     let encoder = Box::new(LlmGatewayEncoder::for_chat(&id, 1, max_iterations));
     Ok(stream::stream(&state, principal, id, follower, encoder))

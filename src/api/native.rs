@@ -18,7 +18,7 @@ use crate::{
     protocol::{Encoder, FORMATS, encoder_for},
     providers::{ChatMessage, Role},
     sessions::{
-        Decision, Resume, SessionDoc,
+        Decision, NewSession, Resume, SessionDoc,
         state::{ApprovalMode, FrontendTool, PermissionRules, RelayDecision, SessionOptions},
     },
 };
@@ -62,7 +62,8 @@ pub async fn create(
         approval: body.approval,
         ..SessionOptions::default()
     };
-    let doc = state.sessions.create(&principal, &body.model, "native", options).await?;
+    let new = NewSession { id: None, model: body.model, dialect: "native", options };
+    let doc = state.sessions.create(&principal, new).await?;
     Ok((StatusCode::CREATED, Json(view(&doc, 0))).into_response())
 }
 

@@ -43,14 +43,18 @@ pub fn stream(
     follower: mpsc::Receiver<FollowItem>,
     encoder: Box<dyn Encoder>,
 ) -> Response {
-    let transport = encoder.transport();
+    let (transport, headers) = (encoder.transport(), encoder.headers());
     let frames = encode(state, principal, session_id, follower, encoder);
-    match transport {
+    let mut response = match transport {
         Transport::Sse => {
             respond(state, ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame))))
         }
         Transport::Ndjson => ndjson(state, frames),
+    };
+    for (name, value) in headers {
+        response.headers_mut().insert(*name, HeaderValue::from_static(value));
     }
+    response
 }
 
 /// Runs the encoder in a task of its own (owned by the app's tracker) and

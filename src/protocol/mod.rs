@@ -6,6 +6,8 @@
 //! last frame repeats it); nothing it holds outlives the stream, so any
 //! replica can encode any session.
 
+pub mod ag_ui;
+pub mod ai_sdk;
 pub mod cosmo;
 pub mod events;
 pub mod holmes;
@@ -90,6 +92,11 @@ pub trait Encoder: Send {
         Transport::Sse
     }
 
+    /// Response headers the dialect's clients expect.
+    fn headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     /// The frames for one event (none, for events the dialect does not show).
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame>;
 
@@ -118,9 +125,11 @@ pub fn encoder_for(format: &str, models: &ModelLimits) -> Option<Box<dyn Encoder
         "llm-gateway" => Some(Box::new(llm_gateway::LlmGatewayEncoder::default())),
         "cosmo" => Some(Box::new(cosmo::CosmoEncoder::new(models.clone()))),
         "zot" => Some(Box::new(zot::ZotEncoder::default())),
+        "ai-sdk" => Some(Box::new(ai_sdk::AiSdkEncoder::default())),
+        "ag-ui" => Some(Box::new(ag_ui::AgUiEncoder::default())),
         _ => None,
     }
 }
 
 /// The names `?format=` accepts, for error messages.
-pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway", "cosmo", "zot"];
+pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway", "cosmo", "zot", "ai-sdk", "ag-ui"];

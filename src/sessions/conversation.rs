@@ -6,7 +6,7 @@
 //! The seeded history is context for the model only: the session's pending
 //! calls and relays still come from the store, never from the client.
 
-use super::{SessionError, SessionOptions, Sessions};
+use super::{NewSession, SessionError, Sessions};
 use crate::{auth::Principal, protocol::EventKind, providers::ChatMessage, store::SessionKey};
 
 impl Sessions {
@@ -16,13 +16,11 @@ impl Sessions {
     pub async fn start_conversation(
         &self,
         principal: &Principal,
-        model: &str,
-        dialect: &str,
-        options: SessionOptions,
+        new: NewSession,
         history: Vec<ChatMessage>,
         message: ChatMessage,
     ) -> Result<(String, u64), SessionError> {
-        let created = self.create(principal, model, dialect, options).await?;
+        let created = self.create(principal, new).await?;
         let key = SessionKey::new(principal.tenant.clone(), created.id.as_str());
         let (version, mut doc) = self.load_visible(principal, &key).await?;
         // What `start_turn` does to an idle session, in the same write as the history.

@@ -49,6 +49,18 @@ const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 /// The scope that lets a token see every session of its tenant.
 pub const ADMIN_SCOPE: &str = "sessions:admin";
 
+/// A session to create.
+#[derive(Debug)]
+pub struct NewSession {
+    /// Chosen by the client (an AI SDK chat id, an AG-UI thread id), or
+    /// `None` for a new UUIDv7.
+    pub id: Option<String>,
+    pub model: String,
+    /// The dialect it comes through (for logs and metrics).
+    pub dialect: &'static str,
+    pub options: SessionOptions,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("session not found")]
@@ -183,15 +195,11 @@ impl Sessions {
         }
     }
 
-    /// Creates an idle session owned by `principal`.
-    pub async fn create(
-        &self,
-        principal: &Principal,
-        model: &str,
-        dialect: &str,
-        options: SessionOptions,
-    ) -> Result<SessionDoc, SessionError> {
-        let id = uuid::Uuid::now_v7().to_string();
+    /// Creates an idle session owned by `principal`. An id the tenant
+    /// already uses is a conflict.
+    pub async fn create(&self, principal: &Principal, new: NewSession) -> Result<SessionDoc, SessionError> {
+        let NewSession { id, model, dialect, options } = new;
+        let id = id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let now = crate::protocol::events::now_ms();
         let doc = SessionDoc {
             id: id.clone(),
@@ -199,7 +207,7 @@ impl Sessions {
             subject: principal.subject.clone(),
             status: Status::Idle,
             owner: None,
-            model: model.to_string(),
+            model,
             dialect: dialect.to_string(),
             created_ms: now,
             updated_ms: now,

@@ -1,0 +1,290 @@
+//! AG-UI (PROTOCOLS.md §6), protocol 1.0 as `@ag-ui/client`'s `HttpAgent`
+//! reads it: `data: <event>` frames (with our `id: <seq>`, which it
+//! ignores), LF line ends, no `[DONE]`. Every event carries `timestamp`
+//! (integer milliseconds).
+//!
+//! | canonical event | AG-UI |
+//! |---|---|
+//! | the stream's first event | `RUN_STARTED {threadId, runId}` |
+//! | `text_delta` | `TEXT_MESSAGE_START {messageId, role: "assistant"}` once per model call, `TEXT_MESSAGE_CONTENT {messageId, delta}` |
+//! | `reasoning_delta` | `REASONING_MESSAGE_START {messageId, role: "reasoning"}` once, `REASONING_MESSAGE_CONTENT` |
+//! | `tool_call_started` / `tool_call_args` | `TOOL_CALL_START {toolCallId, toolCallName, parentMessageId}` / `TOOL_CALL_ARGS {toolCallId, delta}` |
+//! | `usage` (the end of a model call) | `TEXT_MESSAGE_END`, `REASONING_MESSAGE_END`, `TOOL_CALL_END` for what is open |
+//! | `tool_result` | `TOOL_CALL_RESULT {messageId, toolCallId, content, role: "tool"}` (not for results the client itself sent in this request) |
+//! | `relay_requested` (a live relay) | `CUSTOM {name: "relay_requested", value: {relayId, toolCallId, tool, params}}` |
+//! | `paused` with approvals pending | `RUN_FINISHED {outcome: {type: "interrupt", interrupts: [{id: relay id, reason: "tool_approval", toolCallId, message, responseSchema}]}}`: the next run answers with `resume` |
+//! | `paused` for frontend tools only | `RUN_FINISHED {outcome: {type: "success", pendingToolCallIds}}`: the next run carries `role: "tool"` messages |
+//! | `step_restarted` (takeover) | `CUSTOM {name: "step_restarted", value: {step}}`: the text of that step is void |
+//! | `error` | `RUN_ERROR {message, code}` (nothing follows it) |
+//! | `turn_ended` | `RUN_FINISHED {outcome: success, or cancelled, usage: [{model, inputTokens, outputTokens, totalTokens}]}` |
+//!
+//! The client's `verifyEvents` is strict, so the encoder keeps its rules:
+//! `RUN_STARTED` first; nothing after `RUN_FINISHED` or `RUN_ERROR`; every
+//! message and tool call that was opened is closed before `RUN_FINISHED`.
+//! One model call's text and tool calls share one assistant message id, so
+//! the client's reducer puts them in one message. A call the client's
+//! history does not hold and this stream did not open is opened and closed
+//! before its result. Not shown: compaction, relay decisions, and
+//! subagents' own events (the parent's `agent` call and result stand for
+//! them).
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value, json};
+
+use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
+use crate::providers::Usage;
+
+#[derive(Default)]
+pub struct AgUiEncoder {
+    /// The request's thread and run; for a native stream, the session and
+    /// `<session>-<turn>`.
+    thread_id: Option<String>,
+    run_id: Option<String>,
+    started: bool,
+    /// `RUN_FINISHED` or `RUN_ERROR` was sent: nothing may follow.
+    over: bool,
+    /// Calls the client's history holds: never opened again.
+    known_calls: HashSet<String>,
+    /// Calls whose results the client sent in this request: not echoed.
+    answered: HashSet<String>,
+    /// Calls this stream opened.
+    opened: HashSet<String>,
+    /// Tool calls opened and not yet ended.
+    open_calls: Vec<String>,
+    /// This model call's assistant message id.
+    message: Option<String>,
+    text_open: bool,
+    /// The open reasoning message id.
+    reasoning: Option<String>,
+    model: Option<String>,
+}
+
+impl AgUiEncoder {
+    /// The stream of run `run_id` on thread `thread_id`, whose history
+    /// holds `known_calls` and answers `answered` in this request.
+    pub fn for_run(thread_id: String, run_id: String, known_calls: HashSet<String>, answered: HashSet<String>) -> Self {
+        Self { thread_id: Some(thread_id), run_id: Some(run_id), known_calls, answered, ..Self::default() }
+    }
+
+    fn event(&self, ts: u64, kind: &str, fields: Value) -> Value {
+        let mut object = Map::new();
+        object.insert("type".into(), json!(kind));
+        if let Value::Object(fields) = fields {
+            object.extend(fields);
+        }
+        object.insert("timestamp".into(), json!(ts));
+        Value::Object(object)
+    }
+
+    fn run_fields(&self) -> Value {
+        json!({"threadId": self.thread_id, "runId": self.run_id})
+    }
+
+    /// The model call's assistant message id.
+    fn message_id(&mut self, seq: u64) -> String {
+        self.message.get_or_insert_with(|| format!("msg-{seq}")).clone()
+    }
+
+    /// Ends what the model call left open.
+    fn close(&mut self, ts: u64, out: &mut Vec<Value>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(self.event(ts, "REASONING_MESSAGE_END", json!({"messageId": id})));
+        }
+        if std::mem::take(&mut self.text_open)
+            && let Some(id) = &self.message
+        {
+            out.push(self.event(ts, "TEXT_MESSAGE_END", json!({"messageId": id})));
+        }
+        for id in std::mem::take(&mut self.open_calls) {
+            out.push(self.event(ts, "TOOL_CALL_END", json!({"toolCallId": id})));
+        }
+        self.message = None;
+    }
+
+    /// Opens and closes a call the client does not hold, with its arguments.
+    fn whole_call(&mut self, seq: u64, ts: u64, id: &str, name: &str, arguments: &Value, out: &mut Vec<Value>) {
+        if self.known_calls.contains(id) || !self.opened.insert(id.to_string()) {
+            return;
+        }
+        let parent = format!("msg-{seq}");
+        out.push(self.event(
+            ts,
+            "TOOL_CALL_START",
+            json!({"toolCallId": id, "toolCallName": name, "parentMessageId": parent}),
+        ));
+        out.push(self.event(ts, "TOOL_CALL_ARGS", json!({"toolCallId": id, "delta": arguments.to_string()})));
+        out.push(self.event(ts, "TOOL_CALL_END", json!({"toolCallId": id})));
+    }
+
+    fn paused(&mut self, seq: u64, ts: u64, relays: &[PendingRelay], calls: &[PendingCall], out: &mut Vec<Value>) {
+        self.close(ts, out);
+        for relay in relays {
+            self.whole_call(seq, ts, &relay.tool_call_id, &relay.tool, &relay.params, out);
+        }
+        for call in calls {
+            self.whole_call(seq, ts, &call.tool_call_id, &call.tool, &call.arguments, out);
+        }
+        let outcome = if relays.is_empty() {
+            let pending: Vec<&str> = calls.iter().map(|c| c.tool_call_id.as_str()).collect();
+            json!({"type": "success", "pendingToolCallIds": pending})
+        } else {
+            let interrupts: Vec<Value> = relays
+                .iter()
+                .map(|r| {
+                    json!({"id": r.relay_id, "reason": "tool_approval", "toolCallId": r.tool_call_id,
+                           "message": format!("{} needs approval", r.tool),
+                           "responseSchema": {"type": "object", "required": ["approved"],
+                               "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}}}})
+                })
+                .collect();
+            json!({"type": "interrupt", "interrupts": interrupts})
+        };
+        let mut fields = self.run_fields();
+        fields["outcome"] = outcome;
+        out.push(self.event(ts, "RUN_FINISHED", fields));
+        self.over = true;
+    }
+
+    fn translate(&mut self, event: &LogEvent, out: &mut Vec<Value>) {
+        let (seq, ts) = (event.seq, event.event.ts);
+        match &event.event.kind {
+            EventKind::TurnStarted { model, .. } => self.model = Some(model.clone()),
+            EventKind::TextDelta { text } => {
+                let id = self.message_id(seq);
+                if !std::mem::replace(&mut self.text_open, true) {
+                    out.push(self.event(ts, "TEXT_MESSAGE_START", json!({"messageId": id, "role": "assistant"})));
+                }
+                out.push(self.event(ts, "TEXT_MESSAGE_CONTENT", json!({"messageId": id, "delta": text})));
+            }
+            EventKind::ReasoningDelta { text } => {
+                let id = match &self.reasoning {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = format!("reasoning-{seq}");
+                        self.reasoning = Some(id.clone());
+                        out.push(self.event(
+                            ts,
+                            "REASONING_MESSAGE_START",
+                            json!({"messageId": id, "role": "reasoning"}),
+                        ));
+                        id
+                    }
+                };
+                out.push(self.event(ts, "REASONING_MESSAGE_CONTENT", json!({"messageId": id, "delta": text})));
+            }
+            EventKind::ToolCallStarted { tool_call_id, name } => {
+                let parent = self.message_id(seq);
+                self.opened.insert(tool_call_id.clone());
+                self.open_calls.push(tool_call_id.clone());
+                out.push(self.event(
+                    ts,
+                    "TOOL_CALL_START",
+                    json!({"toolCallId": tool_call_id, "toolCallName": name, "parentMessageId": parent}),
+                ));
+            }
+            EventKind::ToolCallArgs { tool_call_id, delta } if self.open_calls.contains(tool_call_id) => {
+                out.push(self.event(ts, "TOOL_CALL_ARGS", json!({"toolCallId": tool_call_id, "delta": delta})));
+            }
+            EventKind::Usage { .. } => self.close(ts, out),
+            EventKind::ToolCall { tool_call_id, name, arguments } => {
+                self.whole_call(seq, ts, tool_call_id, name, arguments, out);
+            }
+            EventKind::ToolResult { tool_call_id, name, output, .. } if !self.answered.contains(tool_call_id) => {
+                self.whole_call(seq, ts, tool_call_id, name, &json!({}), out);
+                let content = match output {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                out.push(self.event(
+                    ts,
+                    "TOOL_CALL_RESULT",
+                    json!({"messageId": format!("result-{tool_call_id}"), "toolCallId": tool_call_id,
+                           "content": content, "role": "tool"}),
+                ));
+            }
+            EventKind::RelayRequested(relay) => out.push(self.event(
+                ts,
+                "CUSTOM",
+                json!({"name": "relay_requested", "value": {"relayId": relay.relay_id,
+                       "toolCallId": relay.tool_call_id, "tool": relay.tool, "params": relay.params}}),
+            )),
+            EventKind::Paused { pending_relays, pending_calls } => {
+                self.paused(seq, ts, pending_relays, pending_calls, out);
+            }
+            EventKind::StepRestarted { step, .. } => {
+                self.close(ts, out);
+                out.push(self.event(ts, "CUSTOM", json!({"name": "step_restarted", "value": {"step": step}})));
+            }
+            EventKind::Error { code, message, .. } => {
+                out.push(self.event(ts, "RUN_ERROR", json!({"message": message, "code": code})));
+                self.over = true;
+            }
+            EventKind::TurnEnded { reason, usage, .. } => {
+                self.close(ts, out);
+                if *reason == TurnEndReason::Failed {
+                    out.push(self.event(ts, "RUN_ERROR", json!({"message": "the turn failed", "code": "failed"})));
+                } else {
+                    let outcome = if *reason == TurnEndReason::Cancelled { "cancelled" } else { "success" };
+                    let mut fields = self.run_fields();
+                    fields["outcome"] = json!({"type": outcome});
+                    fields["usage"] = json!([self.usage(usage)]);
+                    out.push(self.event(ts, "RUN_FINISHED", fields));
+                }
+                self.over = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn usage(&self, usage: &Usage) -> Value {
+        let mut entry = json!({"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens,
+                               "totalTokens": usage.input_tokens + usage.output_tokens});
+        if let Some(model) = &self.model {
+            entry["model"] = json!(model);
+        }
+        if usage.cache_read_tokens > 0 {
+            entry["cachedInputTokens"] = json!(usage.cache_read_tokens);
+        }
+        entry
+    }
+}
+
+impl Encoder for AgUiEncoder {
+    fn dialect(&self) -> &'static str {
+        "ag-ui"
+    }
+
+    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+        let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            self.thread_id.get_or_insert_with(|| event.session_id.to_string());
+            if self.run_id.is_none() {
+                self.run_id = Some(match &event.event.kind {
+                    EventKind::TurnStarted { turn, .. } | EventKind::Resumed { turn } => {
+                        format!("{}-{turn}", event.session_id)
+                    }
+                    _ => event.session_id.to_string(),
+                });
+            }
+            out.push(self.event(event.event.ts, "RUN_STARTED", self.run_fields()));
+        }
+        if !self.over && event.event.agent.parent_id.is_none() {
+            self.translate(event, &mut out);
+        }
+        let id = event.seq.to_string();
+        out.into_iter().map(|data| Frame { id: Some(id.clone()), event: None, data: data.to_string() }).collect()
+    }
+
+    fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
+        if std::mem::replace(&mut self.over, true) {
+            return Vec::new();
+        }
+        let now = super::events::now_ms();
+        vec![Frame::data(self.event(now, "RUN_ERROR", json!({"message": message, "code": code})).to_string())]
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+use serde_json::json;
+
+use super::*;
+use crate::protocol::testing::{all_data, event, subagent_event, types, usage};
+
+fn encode_all(encoder: &mut AgUiEncoder, events: Vec<EventKind>) -> Vec<Value> {
+    let frames: Vec<Frame> =
+        events.into_iter().enumerate().flat_map(|(i, kind)| encoder.encode(&event(i as u64 + 1, kind))).collect();
+    all_data(&frames)
+}
+
+fn names(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+fn call_usage() -> EventKind {
+    EventKind::Usage { usage: usage(10, 2), total: usage(10, 2) }
+}
+
+fn ended(reason: TurnEndReason) -> EventKind {
+    EventKind::TurnEnded { reason, iterations: 1, usage: usage(10, 2) }
+}
+
+/// `verifyEvents`' rules: `RUN_STARTED` first, nothing after the run ends,
+/// content only inside its message or call, nothing open at `RUN_FINISHED`.
+fn assert_verifies(events: &[Value]) {
+    assert_eq!(events[0]["type"], "RUN_STARTED");
+    let (mut messages, mut calls, mut over) = (HashSet::new(), HashSet::new(), false);
+    for e in events {
+        assert!(!over, "{e} after the run ended");
+        let message = e["messageId"].as_str().unwrap_or_default().to_string();
+        let call = e["toolCallId"].as_str().unwrap_or_default().to_string();
+        assert!(e["timestamp"].is_u64(), "{e}");
+        match e["type"].as_str().unwrap() {
+            "TEXT_MESSAGE_START" | "REASONING_MESSAGE_START" => assert!(messages.insert(message), "{e} twice"),
+            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" => assert!(messages.contains(&message), "{e}"),
+            "TEXT_MESSAGE_END" | "REASONING_MESSAGE_END" => assert!(messages.remove(&message), "{e}"),
+            "TOOL_CALL_START" => assert!(calls.insert(call), "{e} twice"),
+            "TOOL_CALL_ARGS" => assert!(calls.contains(&call), "{e}"),
+            "TOOL_CALL_END" => assert!(calls.remove(&call), "{e}"),
+            "RUN_FINISHED" => {
+                assert!(messages.is_empty() && calls.is_empty(), "open at the end: {messages:?} {calls:?}");
+                over = true;
+            }
+            "RUN_ERROR" => over = true,
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn text_and_a_tool_call_share_one_assistant_message_and_everything_closes() {
+    let mut encoder = AgUiEncoder::for_run("t1".into(), "r1".into(), HashSet::new(), HashSet::new());
+    let events = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TurnStarted { turn: 1, model: "fast".into() },
+            EventKind::TextDelta { text: "Looking.".into() },
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "lookup".into() },
+            EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: "{}".into() },
+            call_usage(),
+            EventKind::ToolCall { tool_call_id: "c1".into(), name: "lookup".into(), arguments: json!({}) },
+            EventKind::ToolResult {
+                tool_call_id: "c1".into(),
+                name: "lookup".into(),
+                status: "success".into(),
+                output: json!("found"),
+            },
+            EventKind::TextDelta { text: "Found.".into() },
+            call_usage(),
+            ended(TurnEndReason::Final),
+        ],
+    );
+    assert_eq!(
+        names(&events),
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TEXT_MESSAGE_END",
+            "TOOL_CALL_END",
+            "TOOL_CALL_RESULT",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "RUN_FINISHED"
+        ]
+    );
+    assert_eq!(events[0]["threadId"], "t1");
+    assert_eq!(events[3]["parentMessageId"], events[1]["messageId"]);
+    assert_eq!(
+        events[7],
+        json!({"type": "TOOL_CALL_RESULT", "messageId": "result-c1", "toolCallId": "c1", "content": "found",
+               "role": "tool", "timestamp": 1})
+    );
+    assert_eq!(events[11]["outcome"], json!({"type": "success"}));
+    assert_eq!(
+        events[11]["usage"],
+        json!([{"model": "fast", "inputTokens": 10, "outputTokens": 2, "totalTokens": 12}])
+    );
+    assert_verifies(&events);
+}
+
+#[test]
+fn approvals_end_the_run_with_interrupts_and_frontend_tools_with_pending_ids() {
+    let relay = PendingRelay {
+        relay_id: "relay_1".into(),
+        tool_call_id: "c1".into(),
+        tool: "refund".into(),
+        params: json!({"order": "9"}),
+    };
+    let mut asking = AgUiEncoder::default();
+    let events = encode_all(
+        &mut asking,
+        vec![
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "refund".into() },
+            call_usage(),
+            EventKind::Paused { pending_relays: vec![relay], pending_calls: vec![] },
+        ],
+    );
+    let outcome = &events.last().unwrap()["outcome"];
+    assert_eq!(outcome["type"], "interrupt");
+    assert_eq!(outcome["interrupts"][0]["id"], "relay_1");
+    assert_eq!(outcome["interrupts"][0]["toolCallId"], "c1");
+    assert_eq!(events[0]["runId"], "s1", "a native stream joined mid-turn runs as the session");
+    assert_verifies(&events);
+
+    let chart = PendingCall { tool_call_id: "c2".into(), tool: "chart".into(), arguments: json!({"m": "cpu"}) };
+    let mut frontend = AgUiEncoder::default();
+    let events = encode_all(
+        &mut frontend,
+        vec![
+            EventKind::TurnStarted { turn: 2, model: "m".into() },
+            EventKind::Paused { pending_relays: vec![], pending_calls: vec![chart] },
+        ],
+    );
+    assert_eq!(
+        names(&events),
+        ["RUN_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "RUN_FINISHED"],
+        "a call this stream never opened is opened whole"
+    );
+    assert_eq!(events[0]["runId"], "s1-2");
+    assert_eq!(events[4]["outcome"], json!({"type": "success", "pendingToolCallIds": ["c2"]}));
+    assert_verifies(&events);
+}
+
+#[test]
+fn results_the_client_sent_are_not_echoed_and_its_calls_are_not_reopened() {
+    let known: HashSet<String> = ["c1".to_string(), "c2".to_string()].into();
+    let answered: HashSet<String> = ["c2".to_string()].into();
+    let mut encoder = AgUiEncoder::for_run("t1".into(), "r2".into(), known, answered);
+    let events = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::Resumed { turn: 1 },
+            EventKind::ToolCall { tool_call_id: "c1".into(), name: "refund".into(), arguments: json!({}) },
+            EventKind::ToolResult {
+                tool_call_id: "c1".into(),
+                name: "refund".into(),
+                status: "success".into(),
+                output: json!({"refunded": true}),
+            },
+            EventKind::ToolResult {
+                tool_call_id: "c2".into(),
+                name: "chart".into(),
+                status: "success".into(),
+                output: json!("drawn"),
+            },
+            ended(TurnEndReason::Final),
+        ],
+    );
+    assert_eq!(names(&events), ["RUN_STARTED", "TOOL_CALL_RESULT", "RUN_FINISHED"]);
+    assert_eq!(events[1]["content"], r#"{"refunded":true}"#, "content is a string");
+    assert_verifies(&events);
+}
+
+#[test]
+fn an_error_is_the_last_event_and_a_cancel_is_a_cancelled_outcome() {
+    let mut failed = AgUiEncoder::default();
+    let events = encode_all(
+        &mut failed,
+        vec![
+            EventKind::TextDelta { text: "Hal".into() },
+            EventKind::Error { code: "upstream_error".into(), message: "boom".into(), retry_after_secs: None },
+            ended(TurnEndReason::Failed),
+        ],
+    );
+    assert_eq!(names(&events), ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "RUN_ERROR"]);
+    assert_eq!(events[3]["code"], "upstream_error");
+    assert_verifies(&events);
+    assert!(failed.failure("recovery_failed", "gone").is_empty(), "nothing after RUN_ERROR");
+
+    let mut cancelled = AgUiEncoder::default();
+    let events =
+        encode_all(&mut cancelled, vec![EventKind::TextDelta { text: "a".into() }, ended(TurnEndReason::Cancelled)]);
+    assert_eq!(events.last().unwrap()["outcome"], json!({"type": "cancelled"}));
+    assert_verifies(&events);
+}
+
+#[test]
+fn subagent_events_are_not_shown() {
+    let mut encoder = AgUiEncoder::default();
+    let frames = encoder.encode(&subagent_event(1, EventKind::TextDelta { text: "inner".into() }));
+    assert_eq!(types(&frames), ["RUN_STARTED"]);
+}
