@@ -15,7 +15,7 @@
 //! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents.
 //! - [`tools`]     — server-side tools (HTTP, built-in demo).
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
-//! - [`telemetry`] — logs and Prometheus metrics.
+//! - [`telemetry`] — logs, OpenTelemetry traces and Prometheus metrics.
 
 pub mod api;
 pub mod app;

@@ -95,16 +95,7 @@ async fn ask(
             (doc.id, doc.model, cursor)
         }
         None => {
-            let model = match &request.model {
-                Some(model) => {
-                    super::check_model(&state, &principal, model)?;
-                    model.clone()
-                }
-                None => super::visible_models(&state, &principal)?
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| ApiError::bad_request("this tenant has no model to use"))?,
-            };
+            let model = super::model_or_default(&state, &principal, request.model.as_deref())?;
             let options = options(&request);
             let seed = seed(history, &options, state.enabled_prompts.as_deref());
             let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options };

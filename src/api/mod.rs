@@ -1,6 +1,9 @@
 //! HTTP handlers, one file per dialect. Handlers are thin: extract, call one
 //! function of the service layer, map the result. No business logic here.
 
+mod ag_ui;
+mod ai_sdk;
+mod client_chat;
 mod holmes;
 mod llm_gateway;
 mod native;
@@ -33,6 +36,9 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/tool-results", post(native::tool_results))
         .route("/v1/sessions/{id}/relays/{relay_id}", post(native::decide_relay))
         .route("/v1/sessions/{id}/cancel", post(native::cancel))
+        .route("/v1/ai-sdk/chat", post(ai_sdk::chat))
+        .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect))
+        .route("/v1/ag-ui", post(ag_ui::run))
 }
 
 pub async fn not_found() -> ApiError {
@@ -56,6 +62,24 @@ fn check_model(state: &AppState, principal: &crate::auth::Principal, model: &str
             crate::error::ErrorCode::UnknownModel,
             format!("unknown model {model:?}; allowed: {}", allowed.join(", ")),
         ))
+    }
+}
+
+/// The model a request names (checked), or the tenant's first.
+fn model_or_default(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    model: Option<&str>,
+) -> Result<String, ApiError> {
+    match model {
+        Some(model) => {
+            check_model(state, principal, model)?;
+            Ok(model.to_string())
+        }
+        None => visible_models(state, principal)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ApiError::bad_request("this tenant has no model to use")),
     }
 }
 

@@ -58,6 +58,7 @@ impl Probe {
 fn probes(id: &str, relay_id: &str, call_id: &str, history: &Value) -> Vec<Probe> {
     let mut probes = vec![
         Probe::get("native view", format!("/v1/sessions/{id}")),
+        Probe::get("AI SDK reconnect", format!("/v1/ai-sdk/chat/{id}/stream")),
         Probe::post("native message", format!("/v1/sessions/{id}/messages"), json!({"content": "hi"})),
         Probe::post(
             "native tool results",

@@ -8,6 +8,7 @@ mod support;
 
 mod auth;
 mod auth_keys;
+mod clients;
 mod config_cli;
 mod credentials;
 mod dialects;

@@ -44,7 +44,7 @@ type Snapshot = BTreeMap<String, Vec<u8>>;
 const CASES: u32 = 1500;
 
 /// Every route of `src/api/mod.rs`.
-const ROUTES: [(&str, &str); 15] = [
+const ROUTES: [(&str, &str); 18] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -60,6 +60,9 @@ const ROUTES: [(&str, &str); 15] = [
     ("POST", "/v1/sessions/{id}/tool-results"),
     ("POST", "/v1/sessions/{id}/relays/{relay_id}"),
     ("POST", "/v1/sessions/{id}/cancel"),
+    ("POST", "/v1/ai-sdk/chat"),
+    ("GET", "/v1/ai-sdk/chat/{id}/stream"),
+    ("POST", "/v1/ag-ui"),
 ];
 
 /// Whether the gateway could take `body` as a new turn (see the module
@@ -97,8 +100,23 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
             known_model(body.get("model"))
                 && body.get("messages").and_then(Value::as_array).and_then(|m| m.last()).is_some_and(Value::is_object)
         }
+        // A chat id or thread id (new: the session is created) with a last
+        // message, on a known or the default model.
+        "/v1/ai-sdk/chat" => {
+            let model = body.get("model").is_none_or(Value::is_null) || known_model(body.get("model"));
+            body.get("id").is_some_and(Value::is_string) && last_message_is_object(&body) && model
+        }
+        "/v1/ag-ui" => {
+            let model = body.get("forwardedProps").and_then(|p| p.get("model")).and_then(Value::as_str);
+            let ids = ["threadId", "runId"].iter().all(|k| body.get(*k).is_some_and(Value::is_string));
+            ids && last_message_is_object(&body) && model.is_none_or(|m| MODELS.contains(&m))
+        }
         _ => false,
     }
+}
+
+fn last_message_is_object(body: &serde_json::Map<String, Value>) -> bool {
+    body.get("messages").and_then(Value::as_array).and_then(|m| m.last()).is_some_and(Value::is_object)
 }
 
 /// A request as sent, printed on failure.

@@ -48,6 +48,22 @@ pub(super) fn valid_bodies(route: &str, id: &str) -> Vec<Value> {
                 {"role": "tool", "tool_call_id": "c1", "content": "found"},
                 {"role": "user", "content": [{"type": "text", "text": "and now?"},
                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}]})],
+        "/v1/ai-sdk/chat" => vec![json!({"id": "fuzz-chat", "model": "no-such-model", "trigger": "submit-message",
+            "messageId": "a1", "frontend_tools": [tool], "messages": [
+                {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+                {"id": "a1", "role": "assistant", "parts": [{"type": "step-start"},
+                    {"type": "tool-render_chart", "toolCallId": "call_1", "state": "output-available",
+                        "input": {}, "output": {"drawn": true}},
+                    {"type": "tool-refund", "toolCallId": "call_2", "state": "approval-responded", "input": {},
+                        "approval": {"id": "relay_1", "approved": true, "reason": "fine"}}]}]})],
+        "/v1/ag-ui" => vec![json!({"threadId": "fuzz-thread", "runId": "run-1", "state": {}, "context": [],
+            "forwardedProps": {"model": "no-such-model"}, "protocolVersion": "1.0",
+            "tools": [{"name": "render_chart", "description": "Draw a chart", "parameters": {"type": "object"}}],
+            "resume": [{"interruptId": "relay_1", "status": "resolved", "payload": {"approved": true}}],
+            "messages": [{"id": "u1", "role": "user", "content": "hi"},
+                {"id": "a1", "role": "assistant", "toolCalls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "render_chart", "arguments": "{}"}}]},
+                {"id": "t1", "role": "tool", "toolCallId": "call_1", "content": "drawn"}]})],
         _ => vec![json!({})],
     }
 }

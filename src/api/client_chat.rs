@@ -1,0 +1,108 @@
+//! Chats the client names and resends whole: the AI SDK's chat id and
+//! AG-UI's thread id are the session's id, and every request carries the
+//! client's whole conversation.
+//!
+//! The store stays the truth. From the client's copy only the new part is
+//! read: the last (user) message of a new turn, or the answers to a paused
+//! turn's pending calls and approvals, matched to what the store says is
+//! pending. The messages before it only seed a session whose id is new.
+//!
+//! A session id belongs to the tenant: an id another subject already uses
+//! is a 404, like every session the caller may not see.
+
+use super::ApiError;
+use crate::{
+    app::AppState,
+    auth::Principal,
+    error::ErrorCode,
+    providers::ChatMessage,
+    sessions::{NewSession, Resume, SessionDoc, SessionError, state::Status},
+};
+
+/// Longest client-chosen id.
+const MAX_ID_LEN: usize = 128;
+
+/// A request's view of its conversation.
+pub trait Conversation {
+    /// The last message (the user's), which starts a turn, and the
+    /// messages before it, which seed a new session.
+    fn turn(&self) -> Result<(ChatMessage, Vec<ChatMessage>), ApiError>;
+
+    /// The answers to the pending calls and approvals of `doc`'s paused turn.
+    fn answers(&self, doc: &SessionDoc) -> Result<Resume, ApiError>;
+}
+
+/// What a request did to its chat.
+pub struct Proceeded {
+    /// Follow the chat's events from here.
+    pub cursor: u64,
+    /// It answered a paused turn (rather than starting one).
+    pub resumed: bool,
+}
+
+/// Refuses an id that is not 1 to 128 letters, digits, `-` or `_` (session
+/// ids are parts of store keys).
+pub fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
+    let fits =
+        (1..=MAX_ID_LEN).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if fits {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!("{field}: must be 1 to {MAX_ID_LEN} letters, digits, '-' or '_'"),
+        ))
+    }
+}
+
+/// Answers the paused turn of the chat `new.id`, or starts a turn on it,
+/// creating the session (with the earlier messages) when the id is new.
+pub async fn proceed(
+    state: &AppState,
+    principal: &Principal,
+    new: NewSession,
+    conversation: &impl Conversation,
+) -> Result<Proceeded, ApiError> {
+    let Some(id) = new.id.clone() else {
+        return Err(ApiError::internal("a client chat needs the client's id"));
+    };
+    match state.sessions.get(principal, &id).await {
+        Ok((_, doc)) if doc.status == Status::AwaitingClient => {
+            let resume = conversation.answers(&doc)?;
+            let cursor = state.sessions.resume(principal, &id, resume).await?;
+            Ok(Proceeded { cursor, resumed: true })
+        }
+        Ok(_) => {
+            let (message, _) = conversation.turn()?;
+            let cursor = state.sessions.start_turn(principal, &id, message).await?;
+            Ok(Proceeded { cursor, resumed: false })
+        }
+        Err(SessionError::NotFound) => {
+            let (message, history) = conversation.turn()?;
+            match state.sessions.start_conversation(principal, new, history, message).await {
+                Ok((_, cursor)) => Ok(Proceeded { cursor, resumed: false }),
+                // Taken: by a concurrent request of the caller's (409), or
+                // by a session the caller may not see (404).
+                Err(SessionError::Conflict(message)) => match state.sessions.get(principal, &id).await {
+                    Ok(_) => Err(ApiError::conflict(message)),
+                    Err(_) => Err(SessionError::NotFound.into()),
+                },
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The conflict of a request that does not answer what a paused turn waits
+/// for: the results of `calls` and the approvals of `approvals`.
+pub fn still_waiting(calls: &[&str], approvals: &[&str]) -> ApiError {
+    let mut waits = Vec::new();
+    if !calls.is_empty() {
+        waits.push(format!("the results of {}", calls.join(", ")));
+    }
+    if !approvals.is_empty() {
+        waits.push(format!("decisions on {}", approvals.join(", ")));
+    }
+    ApiError::conflict(format!("the chat is paused; it waits for {}", waits.join(" and ")))
+}
