@@ -21,6 +21,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct ClusterOptions {
     pub key_prefix: String,
     pub event_log_max_len: u64,
+    /// More configuration (tenants, say), appended to the replicas' own.
+    pub extra_toml: String,
 }
 
 pub struct Replica {
@@ -57,9 +59,12 @@ jwt = {{ hs256_secret = "{SECRET}" }}
 
 [models.demo]
 provider = "demo"
+
+{extra}
 "#,
             prefix = options.key_prefix,
             max_len = options.event_log_max_len,
+            extra = options.extra_toml,
         );
         let config = Config::from_toml(&text, &|_| None).map_err(|e| format!("benchmark configuration: {e}"))?;
         let app = Application::build_with_runner(config, Some(runner)).await?;
@@ -79,8 +84,13 @@ provider = "demo"
 
     /// A token for the benchmark's tenant that this replica accepts.
     pub fn token(&self) -> Result<String> {
-        let tenant = self.config.tenants.get(TENANT).ok_or("the benchmark tenant is missing")?;
-        Ok(auth::mint_token(tenant, "loadgen", Duration::from_secs(3600), &[])?)
+        self.token_for(TENANT, "loadgen")
+    }
+
+    /// A token for `subject` of `tenant` (an HMAC tenant of the configuration).
+    pub fn token_for(&self, tenant: &str, subject: &str) -> Result<String> {
+        let tenant = self.config.tenants.get(tenant).ok_or_else(|| format!("no tenant {tenant:?}"))?;
+        Ok(auth::mint_token(tenant, subject, Duration::from_secs(3600), &[])?)
     }
 
     /// Stops the replica the way SIGTERM does and waits (bounded) for it.

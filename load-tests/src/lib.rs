@@ -4,11 +4,12 @@
 //! The library holds what a benchmark binary needs: replicas of the real app
 //! run in-process ([`cluster`]) with a turn runner that streams tokens as fast
 //! as asked ([`runner`]), an SSE reader ([`sse`]), Redis introspection and
-//! cleanup ([`redis_admin`]), the measured phases ([`raw`], [`turns`],
+//! cleanup ([`redis_admin`]), facts about the machine ([`machine`]), the measured phases ([`raw`], [`turns`],
 //! [`fanout`]), and statistics and Markdown helpers ([`stats`]).
 
 pub mod cluster;
 pub mod fanout;
+pub mod machine;
 pub mod raw;
 pub mod redis_admin;
 pub mod runner;

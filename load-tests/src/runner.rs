@@ -134,7 +134,7 @@ impl TurnRunner for BenchRunner {
         };
         let _ = match outcome {
             Ok(()) => handle.finish(TurnEndReason::Final, 1, Usage::default()).await,
-            Err(e) => handle.fail("bench_runner", &e.to_string()).await,
+            Err(e) => handle.fail("bench_runner", &e.to_string(), None).await,
         };
     }
 }

@@ -106,7 +106,7 @@ pub struct Results {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let mut context = report::Context::gather();
+    let mut context = switchboard_load::machine::Context::gather();
     let mut admin = match Admin::connect(&args.redis).await {
         Ok(admin) => admin,
         Err(e) => {
@@ -208,7 +208,11 @@ async fn run_phases(args: &Args, prefix: &str, deadline: Instant, admin: &mut Ad
     }
 
     // 2-4. Through the gateway: replicas A and B.
-    let options = ClusterOptions { key_prefix: prefix.to_string(), event_log_max_len: args.event_log_max_len };
+    let options = ClusterOptions {
+        key_prefix: prefix.to_string(),
+        event_log_max_len: args.event_log_max_len,
+        extra_toml: String::new(),
+    };
     let url_of = |user: Option<&String>| {
         user.and_then(|u| redis_admin::url_as_user(&args.redis, u)).unwrap_or_else(|| args.redis.clone())
     };

@@ -5,62 +5,13 @@ use std::fmt::Write;
 
 use switchboard_load::{
     fanout::LiveResult,
+    machine::Context,
     raw::RawResult,
     stats::{Summary, int, millis, ms, rate},
     turns::TurnsResult,
 };
 
 use super::{Args, Results};
-
-/// Facts about the run that are not measurements.
-pub struct Context {
-    pub date: String,
-    pub command: String,
-    pub cpus: usize,
-    pub cpu_model: String,
-    pub kernel: String,
-    pub redis_version: String,
-    pub load_start: String,
-    pub load_end: String,
-}
-
-impl Context {
-    pub fn gather() -> Self {
-        let date = std::process::Command::new("date")
-            .args(["-u", "+%Y-%m-%d %H:%M:%S UTC"])
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| format!("{} s since the epoch", switchboard::protocol::events::now_ms() / 1000));
-        let cpu_model = read("/proc/cpuinfo")
-            .lines()
-            .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
-            .unwrap_or_else(|| "unknown".into());
-        Self {
-            date,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu_model,
-            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
-            redis_version: String::new(),
-            load_start: load_average(),
-            load_end: String::new(),
-        }
-    }
-
-    pub fn finish(&mut self) {
-        self.load_end = load_average();
-    }
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn load_average() -> String {
-    read("/proc/loadavg").split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
 
 pub fn render(args: &Args, context: &Context, results: &Results) -> String {
     let mut out = String::new();
