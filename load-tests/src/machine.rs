@@ -1,6 +1,8 @@
 //! Facts about a benchmark run that are not measurements: when, the command
 //! line, the machine, the Redis version, and the load average around it.
 
+use std::fmt::Write;
+
 /// Facts about the run that are not measurements.
 pub struct Context {
     pub date: String,
@@ -40,6 +42,20 @@ impl Context {
 
     pub fn finish(&mut self) {
         self.load_end = load_average();
+    }
+
+    /// A report's title and its lines on the date, command, machine, Redis
+    /// and load average.
+    pub fn write_header(&self, w: &mut String, title: &str, redis_url: &str) {
+        let _ = writeln!(w, "# {title}\n");
+        let _ = writeln!(w, "- date: {}", self.date);
+        let _ = writeln!(w, "- command: `{}`", self.command);
+        let _ = writeln!(
+            w,
+            "- machine: {} CPUs (nproc), {}, Linux {}; Redis {} at `{redis_url}`",
+            self.cpus, self.cpu_model, self.kernel, self.redis_version
+        );
+        let _ = writeln!(w, "- load average (1/5/15 min): {} at start, {} at end", self.load_start, self.load_end);
     }
 }
 

@@ -14,28 +14,18 @@ use serde_json::{Value, json};
 
 use crate::{
     llm_gateway::{assert_golden, normalise},
+    native_api::{GOLDEN_ASK, golden_session},
     orchestrator::{World, world},
     sse::STEP_TIMEOUT,
     support::mock_upstream::Reply,
 };
 
-/// The conversation of the native golden test, paused for `render_chart`.
+/// The conversation of the native golden test, paused for `render_chart`,
+/// streamed in `format`.
 async fn paused_session(w: &World, format: &str) -> (String, String) {
-    w.upstream.push(
-        Reply::new()
-            .text(["On it."])
-            .tool_call("call_lookup", "lookup", [r#"{"id":"42"}"#])
-            .tool_call("call_wipe", "wipe", ["{}"])
-            .tool_call("call_chart", "render_chart", [r#"{"metric":"cpu"}"#])
-            .usage(120, 30),
-    );
-    w.upstream.push(Reply::new().text(["Order 42 is fine, the chart is up, and I may not wipe."]).usage(200, 14));
-    let frontend =
-        json!({"frontend_tools": [{"name": "render_chart", "description": "Draw a chart", "mode": "pause"}]});
-    let id = w.session(0, "mock", frontend).await;
+    let id = golden_session(w).await;
     let path = format!("/v1/sessions/{id}/messages?format={format}");
-    let response =
-        w.apps[0].post_json(&path, Some(&w.token), &json!({"content": "Check order 42, wipe, chart the CPU."})).await;
+    let response = w.apps[0].post_json(&path, Some(&w.token), &json!({"content": GOLDEN_ASK})).await;
     (id, read_all(response).await)
 }
 

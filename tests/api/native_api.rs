@@ -29,9 +29,14 @@ async fn completed_session(w: &World) -> String {
     id
 }
 
-#[tokio::test]
-async fn a_turn_that_pauses_for_a_frontend_tool_and_its_resume_match_the_golden_transcripts() {
-    let w = world(2, |_| {}).await;
+/// The user message of the golden conversation.
+pub const GOLDEN_ASK: &str = "Check order 42, wipe, chart the CPU.";
+
+/// The scripted golden conversation, ready on replica A: its model first
+/// says something and calls `lookup` (allowed), `wipe` (denied) and
+/// `render_chart` (a frontend tool in pause mode), then answers once the
+/// chart's result is in. Returns the session id.
+pub async fn golden_session(w: &World) -> String {
     w.upstream.push(
         Reply::new()
             .text(["On it."])
@@ -43,9 +48,15 @@ async fn a_turn_that_pauses_for_a_frontend_tool_and_its_resume_match_the_golden_
     w.upstream.push(Reply::new().text(["Order 42 is fine, the chart is up, and I may not wipe."]).usage(200, 14));
     let frontend =
         json!({"frontend_tools": [{"name": "render_chart", "description": "Draw a chart", "mode": "pause"}]});
-    let id = w.session(0, "mock", frontend).await;
+    w.session(0, "mock", frontend).await
+}
 
-    let mut turn = RawSse::new(w.apps[0].send_message(&w.token, &id, "Check order 42, wipe, chart the CPU.").await);
+#[tokio::test]
+async fn a_turn_that_pauses_for_a_frontend_tool_and_its_resume_match_the_golden_transcripts() {
+    let w = world(2, |_| {}).await;
+    let id = golden_session(&w).await;
+
+    let mut turn = RawSse::new(w.apps[0].send_message(&w.token, &id, GOLDEN_ASK).await);
     let paused = turn.rest().await;
     assert_golden("native_pause.sse", &normalise(&paused, &[(&id, "<session>")]));
     assert_eq!(turn.frames().last().unwrap().event, "paused");

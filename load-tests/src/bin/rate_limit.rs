@@ -171,15 +171,7 @@ async fn flood(bases: &[String], clients: usize, token: &str, duration: Duration
 fn report(args: &Args, context: &Context, baseline: &Flood, limited: &Flood) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let _ = writeln!(w, "# switchboard rate-limit benchmark\n");
-    let _ = writeln!(w, "- date: {}", context.date);
-    let _ = writeln!(w, "- command: `{}`", context.command);
-    let _ = writeln!(
-        w,
-        "- machine: {} CPUs (nproc), {}, Linux {}; Redis {} at `{}`",
-        context.cpus, context.cpu_model, context.kernel, context.redis_version, args.redis
-    );
-    let _ = writeln!(w, "- load average (1/5/15 min): {} at start, {} at end", context.load_start, context.load_end);
+    context.write_header(w, "switchboard rate-limit benchmark", &args.redis);
     let _ = writeln!(
         w,
         "- replicas A and B (one process), Redis and {} client loops (half on each replica) share these {} CPUs; \

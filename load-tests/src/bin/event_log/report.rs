@@ -16,15 +16,7 @@ use super::{Args, Results};
 pub fn render(args: &Args, context: &Context, results: &Results) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let _ = writeln!(w, "# switchboard event-log benchmark\n");
-    let _ = writeln!(w, "- date: {}", context.date);
-    let _ = writeln!(w, "- command: `{}`", context.command);
-    let _ = writeln!(
-        w,
-        "- machine: {} CPUs (nproc), {}, Linux {}; Redis {} at `{}`",
-        context.cpus, context.cpu_model, context.kernel, context.redis_version, args.redis
-    );
-    let _ = writeln!(w, "- load average (1/5/15 min): {} at start, {} at end", context.load_start, context.load_end);
+    context.write_header(w, "switchboard event-log benchmark", &args.redis);
     let _ = writeln!(
         w,
         "- the gateway (replicas A and B, one process, one tokio runtime), Redis and the load generator \
