@@ -124,13 +124,11 @@ pub async fn reconnect(
 }
 
 impl Conversation for ChatBody {
-    fn turn(&self) -> Result<(ChatMessage, Vec<ChatMessage>), ApiError> {
-        let Some((last, earlier)) = self.messages.split_last() else {
-            return Err(ApiError::bad_request("messages must not be empty"));
-        };
+    fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)> {
+        let (last, earlier) = self.messages.split_last()?;
         let text = text_of(last);
         if last.role != UiRole::User || text.is_empty() {
-            return Err(ApiError::conflict("nothing waits for this message: the last message must be the user's text"));
+            return None;
         }
         let history = earlier
             .iter()
@@ -144,7 +142,7 @@ impl Conversation for ChatBody {
                 (!text.is_empty()).then(|| ChatMessage::text(role, text))
             })
             .collect();
-        Ok((ChatMessage::text(Role::User, text), history))
+        Some((ChatMessage::text(Role::User, text), history))
     }
 
     fn answers(&self, doc: &SessionDoc) -> Result<Resume, ApiError> {

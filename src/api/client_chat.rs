@@ -24,9 +24,10 @@ const MAX_ID_LEN: usize = 128;
 
 /// A request's view of its conversation.
 pub trait Conversation {
-    /// The last message (the user's), which starts a turn, and the
-    /// messages before it, which seed a new session.
-    fn turn(&self) -> Result<(ChatMessage, Vec<ChatMessage>), ApiError>;
+    /// The last message, which starts a turn, and the messages before it,
+    /// which seed a new session; `None` unless the last message is the
+    /// user's text.
+    fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)>;
 
     /// The answers to the pending calls and approvals of `doc`'s paused turn.
     fn answers(&self, doc: &SessionDoc) -> Result<Resume, ApiError>;
@@ -73,12 +74,18 @@ pub async fn proceed(
             Ok(Proceeded { cursor, resumed: true })
         }
         Ok(_) => {
-            let (message, _) = conversation.turn()?;
+            let Some((message, _)) = conversation.turn() else {
+                return Err(ApiError::conflict(
+                    "nothing waits for this request: the last message must be the user's text",
+                ));
+            };
             let cursor = state.sessions.start_turn(principal, &id, message).await?;
             Ok(Proceeded { cursor, resumed: false })
         }
         Err(SessionError::NotFound) => {
-            let (message, history) = conversation.turn()?;
+            let Some((message, history)) = conversation.turn() else {
+                return Err(ApiError::bad_request("a new chat needs the user's text as its last message"));
+            };
             match state.sessions.start_conversation(principal, new, history, message).await {
                 Ok((_, cursor)) => Ok(Proceeded { cursor, resumed: false }),
                 // Taken: by a concurrent request of the caller's (409), or

@@ -285,7 +285,7 @@ async fn bad_chat_requests_get_clear_errors_and_change_nothing() {
     assert!(body["error"]["message"].as_str().unwrap().contains("threadId"), "{body}");
     let refused =
         run(json!({"threadId": "t1", "runId": "r", "messages": [{"role": "assistant", "content": "hi"}]})).await;
-    assert_error(refused, StatusCode::CONFLICT, "conflict").await;
+    assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
 
     let views = app.get("/v1/sessions/c1", Some(&w.token)).await;
     assert_eq!(views.status(), StatusCode::NOT_FOUND, "no refused request created a session");
@@ -325,6 +325,11 @@ async fn a_paused_chat_waits_for_its_answers_and_is_nobody_elses() {
     assert!(theirs.text().await.unwrap().contains(r#""finishReason":"stop""#));
     let view: Value = app.get("/v1/sessions/paused-chat", Some(&gary)).await.json().await.unwrap();
     assert_eq!((view["status"].as_str(), view["model"].as_str()), (Some("completed"), Some("demo")));
+    // Gary's finished chat gets nothing new to answer: a conflict with its state.
+    let answer = json!({"id": "a", "role": "assistant", "parts": [{"type": "text", "text": "Hello."}]});
+    let body = json!({"id": "paused-chat", "messages": [user("hi"), answer], "model": "demo"});
+    let refused = app.post_json("/v1/ai-sdk/chat", Some(&gary), &body).await;
+    assert_error(refused, StatusCode::CONFLICT, "conflict").await;
 
     let view: Value = app.get("/v1/sessions/paused-chat", Some(&w.token)).await.json().await.unwrap();
     assert_eq!(view["status"], "awaiting_client", "unchanged by all of that");
