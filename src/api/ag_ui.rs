@@ -115,7 +115,7 @@ pub async fn run(
     let requested = input.forwarded_props.as_ref().and_then(|p| p["model"].as_str());
     let model = super::model_or_default(&state, &principal, requested)?;
     let options = SessionOptions { frontend_tools, approval: ApprovalMode::Pause, ..SessionOptions::default() };
-    let new = NewSession { id: Some(input.thread_id.clone()), model, dialect: "ag-ui", options };
+    let new = NewSession { id: None, model, dialect: "ag-ui", options };
     let proceeded = client_chat::proceed(&state, &principal, new, &input).await?;
 
     let known: HashSet<String> =
@@ -131,6 +131,10 @@ pub async fn run(
 }
 
 impl Conversation for RunAgentInput {
+    fn chat_id(&self) -> &str {
+        &self.thread_id
+    }
+
     fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)> {
         let (last, earlier) = self.messages.split_last()?;
         let text = text_of(last);

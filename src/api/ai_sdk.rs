@@ -93,7 +93,7 @@ pub async fn chat(
         approval: ApprovalMode::Pause,
         ..SessionOptions::default()
     };
-    let new = NewSession { id: Some(body.id.clone()), model, dialect: "ai-sdk", options };
+    let new = NewSession { id: None, model, dialect: "ai-sdk", options };
     let proceeded = client_chat::proceed(&state, &principal, new, &body).await?;
     let encoder = if proceeded.resumed {
         let last = body.messages.iter().rev().find(|m| m.role == UiRole::Assistant);
@@ -124,6 +124,10 @@ pub async fn reconnect(
 }
 
 impl Conversation for ChatBody {
+    fn chat_id(&self) -> &str {
+        &self.id
+    }
+
     fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)> {
         let (last, earlier) = self.messages.split_last()?;
         let text = text_of(last);

@@ -24,6 +24,9 @@ const MAX_ID_LEN: usize = 128;
 
 /// A request's view of its conversation.
 pub trait Conversation {
+    /// The id the client gave the chat: the session's id.
+    fn chat_id(&self) -> &str;
+
     /// The last message, which starts a turn, and the messages before it,
     /// which seed a new session; `None` unless the last message is the
     /// user's text.
@@ -56,21 +59,20 @@ pub fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Answers the paused turn of the chat `new.id`, or starts a turn on it,
-/// creating the session (with the earlier messages) when the id is new.
+/// Answers the paused turn of the conversation's chat, or starts a turn on
+/// it; when the id is new, the session is created as `new` says (with the
+/// conversation's id and earlier messages).
 pub async fn proceed(
     state: &AppState,
     principal: &Principal,
     new: NewSession,
     conversation: &impl Conversation,
 ) -> Result<Proceeded, ApiError> {
-    let Some(id) = new.id.clone() else {
-        return Err(ApiError::internal("a client chat needs the client's id"));
-    };
-    match state.sessions.get(principal, &id).await {
+    let id = conversation.chat_id();
+    match state.sessions.get(principal, id).await {
         Ok((_, doc)) if doc.status == Status::AwaitingClient => {
             let resume = conversation.answers(&doc)?;
-            let cursor = state.sessions.resume(principal, &id, resume).await?;
+            let cursor = state.sessions.resume(principal, id, resume).await?;
             Ok(Proceeded { cursor, resumed: true })
         }
         Ok(_) => {
@@ -79,18 +81,19 @@ pub async fn proceed(
                     "nothing waits for this request: the last message must be the user's text",
                 ));
             };
-            let cursor = state.sessions.start_turn(principal, &id, message).await?;
+            let cursor = state.sessions.start_turn(principal, id, message).await?;
             Ok(Proceeded { cursor, resumed: false })
         }
         Err(SessionError::NotFound) => {
             let Some((message, history)) = conversation.turn() else {
                 return Err(ApiError::bad_request("a new chat needs the user's text as its last message"));
             };
+            let new = NewSession { id: Some(id.to_string()), ..new };
             match state.sessions.start_conversation(principal, new, history, message).await {
                 Ok((_, cursor)) => Ok(Proceeded { cursor, resumed: false }),
                 // Taken: by a concurrent request of the caller's (409), or
                 // by a session the caller may not see (404).
-                Err(SessionError::Conflict(message)) => match state.sessions.get(principal, &id).await {
+                Err(SessionError::Conflict(message)) => match state.sessions.get(principal, id).await {
                     Ok(_) => Err(ApiError::conflict(message)),
                     Err(_) => Err(SessionError::NotFound.into()),
                 },

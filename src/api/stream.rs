@@ -106,9 +106,11 @@ pub fn encode(
         }
         if encoder.wants_finish()
             && let Ok((_, doc)) = sessions.get(&principal, &session_id).await
+            && !send_all(encoder.finish(&doc)).await
         {
-            send_all(encoder.finish(&doc)).await;
+            return;
         }
+        send_all(encoder.close()).await;
     });
     rx
 }

@@ -75,7 +75,8 @@ pub struct RateLimits {
     subjects: HashMap<String, DefaultKeyedRateLimiter<String>>,
     /// tenant → its refusal regime on this replica, while there is one.
     refused: DashMap<String, Refusal>,
-    /// tenant → its fail-open fallback limiter keyed by subject.
+    /// tenant → its fallback limiter keyed by subject (only when limits
+    /// fail open).
     fallback: HashMap<String, DefaultKeyedRateLimiter<String>>,
 }
 
@@ -89,7 +90,10 @@ impl RateLimits {
                 .collect()
         };
         let subjects = limiters(Policy::subject);
-        let fallback = limiters(Policy::tenant);
+        let fallback = match config.on_store_error {
+            StoreFailure::FailOpen => limiters(Policy::tenant),
+            StoreFailure::FailClosed => HashMap::new(),
+        };
         Arc::new(Self { config, quotas, metrics, subjects, refused: DashMap::new(), fallback })
     }
 

@@ -2,10 +2,8 @@
 //! runs on it too): refusals answered here without asking the store, one
 //! probe at a time after a window, and a probe whose request goes away.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use async_trait::async_trait;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use super::*;
 use crate::{
@@ -13,18 +11,24 @@ use crate::{
     store::{MemoryStore, StoreError, TokenWindow},
 };
 
-/// The in-memory quotas, counting the requests asked about; with a gate,
-/// each answer waits for a permit.
+/// The in-memory quotas, counting the requests asked about (a count tests
+/// can wait on); with a gate, each answer waits for a permit.
 struct Counted {
     inner: MemoryStore,
-    asked: AtomicUsize,
+    asked: watch::Sender<usize>,
     gate: Option<Semaphore>,
+}
+
+impl Counted {
+    fn asked(&self) -> usize {
+        *self.asked.borrow()
+    }
 }
 
 #[async_trait]
 impl Quotas for Counted {
     async fn take_request(&self, tenant: &str, rate: u32, burst: u32) -> Result<RateDecision, StoreError> {
-        self.asked.fetch_add(1, Ordering::SeqCst);
+        self.asked.send_modify(|n| *n += 1);
         if let Some(gate) = &self.gate {
             gate.acquire().await.expect("the gate stays open").forget();
         }
@@ -63,7 +67,7 @@ fn limits(gated: bool) -> (Arc<RateLimits>, Arc<Counted>) {
     let (notices, _) = tokio::sync::mpsc::channel(1);
     let quotas = Arc::new(Counted {
         inner: MemoryStore::new(&store_config, notices),
-        asked: AtomicUsize::new(0),
+        asked: watch::Sender::new(0),
         gate: gated.then(|| Semaphore::new(0)),
     });
     let limits = RateLimits::new(config, quotas.clone(), Arc::new(Metrics::new()));
@@ -79,16 +83,16 @@ async fn after_a_refusal_the_window_is_refused_here_and_then_one_request_asks_ag
     let (limits, quotas) = limits(false);
     assert!(limits.check(&alice()).await.is_ok());
     assert!(limits.check(&alice()).await.is_err(), "the store refuses the second");
-    assert_eq!(quotas.asked.load(Ordering::SeqCst), 2);
+    assert_eq!(quotas.asked(), 2);
     for _ in 0..5 {
         let refused = limits.check(&alice()).await.unwrap_err();
         assert_eq!(refused.code, ErrorCode::RateLimited);
     }
-    assert_eq!(quotas.asked.load(Ordering::SeqCst), 2, "refused within the window without asking");
+    assert_eq!(quotas.asked(), 2, "refused within the window without asking");
 
     tokio::time::advance(Duration::from_millis(100)).await;
     assert!(limits.check(&alice()).await.is_ok(), "the window is over: the store allows the next");
-    assert_eq!(quotas.asked.load(Ordering::SeqCst), 3);
+    assert_eq!(quotas.asked(), 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -104,16 +108,14 @@ async fn while_a_probe_is_out_the_others_are_refused_and_a_dropped_probe_lets_th
         let limits = limits.clone();
         async move { limits.check(&alice()).await.is_ok() }
     });
-    while quotas.asked.load(Ordering::SeqCst) < 3 {
-        tokio::task::yield_now().await;
-    }
+    quotas.asked.subscribe().wait_for(|n| *n == 3).await.expect("the probe asks");
     assert!(limits.check(&alice()).await.is_err());
-    assert_eq!(quotas.asked.load(Ordering::SeqCst), 3, "only the probe asked");
+    assert_eq!(quotas.asked(), 3, "only the probe asked");
 
     // Its client goes away: the probe ends, and the next request asks.
     probing.abort();
     assert!(probing.await.unwrap_err().is_cancelled());
     quotas.gate.as_ref().unwrap().add_permits(1);
     assert!(limits.check(&alice()).await.is_ok());
-    assert_eq!(quotas.asked.load(Ordering::SeqCst), 4);
+    assert_eq!(quotas.asked(), 4);
 }

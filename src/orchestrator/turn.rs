@@ -303,8 +303,7 @@ async fn reserve_tokens(
         Ok(Some(window)) => Ok(Some(Reservation { tenant, window, estimate })),
         Ok(None) => {
             handle.sessions().metrics().rate_limit(&tenant, "limited_tokens");
-            // The budget is per calendar minute: it refills when this one ends.
-            let retry_after = 60 - (crate::protocol::events::now_ms() / 1000) % 60;
+            let retry_after = TokenWindow::seconds_left();
             Err(End::Failed {
                 code: "rate_limited",
                 message: format!(

@@ -33,8 +33,8 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
-use crate::{providers::Usage, sessions::SessionDoc};
+use super::{Encoder, EventKind, Frame, LogEvent, PendingRelay, TurnEndReason};
+use crate::providers::Usage;
 
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
@@ -106,7 +106,8 @@ impl AiSdkEncoder {
         }
     }
 
-    /// `tool-input-available`, unless the message holds the call already.
+    /// `tool-input-available`, unless it was sent or the client's message
+    /// holds the call already.
     fn make_available(&mut self, id: &str, name: &str, input: Value, out: &mut Vec<Value>) {
         if self.available.contains(id) || (self.known_calls.contains(id) && !self.announced.contains(id)) {
             return;
@@ -118,18 +119,10 @@ impl AiSdkEncoder {
 
     fn approval_request(&mut self, relay: &PendingRelay, out: &mut Vec<Value>) {
         self.asked.insert(relay.tool_call_id.clone());
-        if !self.holds(&relay.tool_call_id) {
-            self.make_available(&relay.tool_call_id, &relay.tool, relay.params.clone(), out);
-        }
+        self.make_available(&relay.tool_call_id, &relay.tool, relay.params.clone(), out);
         if self.approvals_sent.insert(relay.relay_id.clone()) {
             out.push(json!({"type": "tool-approval-request", "approvalId": relay.relay_id,
                             "toolCallId": relay.tool_call_id}));
-        }
-    }
-
-    fn pending_call(&mut self, call: &PendingCall, out: &mut Vec<Value>) {
-        if !self.holds(&call.tool_call_id) || !self.available.contains(&call.tool_call_id) {
-            self.make_available(&call.tool_call_id, &call.tool, call.arguments.clone(), out);
         }
     }
 
@@ -142,22 +135,24 @@ impl AiSdkEncoder {
                 if let Some(id) = self.reasoning.take() {
                     out.push(json!({"type": "reasoning-end", "id": id}));
                 }
-                let id = self.text.get_or_insert_with(|| format!("text-{seq}")).clone();
-                if id == format!("text-{seq}") {
+                if self.text.is_none() {
+                    let id = format!("text-{seq}");
                     out.push(json!({"type": "text-start", "id": id}));
+                    self.text = Some(id);
                 }
-                out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+                out.push(json!({"type": "text-delta", "id": self.text, "delta": text}));
             }
             EventKind::ReasoningDelta { text } => {
                 self.open_step(out);
                 if let Some(id) = self.text.take() {
                     out.push(json!({"type": "text-end", "id": id}));
                 }
-                let id = self.reasoning.get_or_insert_with(|| format!("reasoning-{seq}")).clone();
-                if id == format!("reasoning-{seq}") {
+                if self.reasoning.is_none() {
+                    let id = format!("reasoning-{seq}");
                     out.push(json!({"type": "reasoning-start", "id": id}));
+                    self.reasoning = Some(id);
                 }
-                out.push(json!({"type": "reasoning-delta", "id": id, "delta": text}));
+                out.push(json!({"type": "reasoning-delta", "id": self.reasoning, "delta": text}));
             }
             EventKind::ToolCallStarted { tool_call_id, name } => {
                 self.open_step(out);
@@ -183,9 +178,7 @@ impl AiSdkEncoder {
                 }
             }
             EventKind::ToolCall { tool_call_id, name, arguments } => {
-                if !self.holds(tool_call_id) {
-                    self.make_available(tool_call_id, name, arguments.clone(), out);
-                }
+                self.make_available(tool_call_id, name, arguments.clone(), out);
             }
             EventKind::RelayRequested(relay) => self.approval_request(relay, out),
             EventKind::RelayDecided { tool_call_id, .. } => {
@@ -210,7 +203,7 @@ impl AiSdkEncoder {
                     self.approval_request(relay, out);
                 }
                 for call in pending_calls {
-                    self.pending_call(call, out);
+                    self.make_available(&call.tool_call_id, &call.tool, call.arguments.clone(), out);
                 }
                 self.finish_step(out);
                 out.push(json!({"type": "finish", "finishReason": "tool-calls"}));
@@ -282,11 +275,7 @@ impl Encoder for AiSdkEncoder {
         vec![Frame::data(json!({"type": "error", "errorText": message}).to_string())]
     }
 
-    fn wants_finish(&self) -> bool {
-        true
-    }
-
-    fn finish(&mut self, _doc: &SessionDoc) -> Vec<Frame> {
+    fn close(&mut self) -> Vec<Frame> {
         vec![Frame::data("[DONE]")]
     }
 }

@@ -24,7 +24,7 @@
 //! events (the parent's `agent` tool call and result stand for them). Cosmo's
 //! `title-updated` is never sent: sessions have no titles.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
@@ -52,8 +52,6 @@ pub struct CosmoEncoder {
     open_calls: HashSet<String>,
     /// Every call shown with `tool_call` on this stream.
     shown_calls: HashSet<String>,
-    /// Arguments of calls whose fragments this stream saw.
-    arguments: HashMap<String, Value>,
     last_call: Option<Usage>,
     ending: Option<Ending>,
 }
@@ -66,7 +64,6 @@ impl CosmoEncoder {
             step_calls: Vec::new(),
             open_calls: HashSet::new(),
             shown_calls: HashSet::new(),
-            arguments: HashMap::new(),
             last_call: None,
             ending: None,
         }
@@ -131,7 +128,6 @@ impl Encoder for CosmoEncoder {
                     .into_iter()
                     .map(|(id, name, text)| {
                         let arguments = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
-                        self.arguments.insert(id.clone(), arguments.clone());
                         self.tool_call(seq, &id, &name, arguments)
                     })
                     .collect()
@@ -142,9 +138,9 @@ impl Encoder for CosmoEncoder {
             EventKind::ToolResult { tool_call_id, name, output, .. } => {
                 let mut frames = Vec::new();
                 if !self.shown_calls.contains(tool_call_id) {
-                    // A stream that joined after the call was announced.
-                    let arguments = self.arguments.get(tool_call_id).cloned().unwrap_or_else(|| json!({}));
-                    frames.push(self.tool_call(seq, tool_call_id, name, arguments));
+                    // A stream that joined after the call was announced: its
+                    // arguments were in events this stream did not see.
+                    frames.push(self.tool_call(seq, tool_call_id, name, json!({})));
                 }
                 let preview = preview(output);
                 frames.push(self.frame(

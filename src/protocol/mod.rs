@@ -114,6 +114,12 @@ pub trait Encoder: Send {
     fn finish(&mut self, _doc: &SessionDoc) -> Vec<Frame> {
         Vec::new()
     }
+
+    /// Frames that close a stream whose events all arrived, needing nothing
+    /// stored (after [`Encoder::finish`], if any).
+    fn close(&mut self) -> Vec<Frame> {
+        Vec::new()
+    }
 }
 
 /// The encoder for `?format=<name>`, or `None` for an unknown name.

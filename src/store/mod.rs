@@ -275,6 +275,12 @@ impl TokenWindow {
     pub fn now() -> Self {
         Self(crate::protocol::events::now_ms() / 60_000)
     }
+
+    /// Whole seconds (1 to 60) until the current window ends and the
+    /// budget refills.
+    pub fn seconds_left() -> u64 {
+        60 - (crate::protocol::events::now_ms() / 1000) % 60
+    }
 }
 
 /// Liveness of the backend, for `/readyz`.

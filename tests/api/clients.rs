@@ -6,15 +6,18 @@
 //! frame with its own schema and ordering rules, so a stream it accepts is
 //! one a real frontend accepts.
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::{path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use switchboard::sessions::TurnRunner;
+
 use crate::{
-    helpers::{TestApp, assert_error},
+    helpers::{TestApp, assert_error, spawn_replicas},
+    metrics::gauge_reaches,
     orchestrator::{World, tool_messages, world},
-    support::mock_upstream::Reply,
+    support::{mock_upstream::Reply, runner::ScriptedRunner},
 };
 
 /// How long one client script may take.
@@ -137,29 +140,37 @@ async fn the_ai_sdk_chat_client_holds_a_conversation_with_a_server_tool_an_appro
 
 #[tokio::test]
 async fn the_ai_sdk_client_resumes_a_running_turn_on_another_replica_from_its_start() {
-    let w = world(2, |_| {}).await;
+    // The turn appends a delta per permit the test releases: it stays
+    // running until the reconnecting client is there.
+    let runner = ScriptedRunner::new();
+    let apps = spawn_replicas(2, |o| o.runner = Some(runner.clone() as Arc<dyn TurnRunner>)).await;
+    let token = apps[0].token("acme", "alice");
     let chat_id = format!("chat-{}", uuid::Uuid::new_v4().simple());
-    let words: Vec<String> = (1..=20).map(|i| format!("w{i} ")).collect();
-    w.upstream.push(Reply::new().text(words.clone()).chunk_delay(Duration::from_millis(30)));
-    let user = json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "count"}]});
-    let body = json!({"id": chat_id, "messages": [user], "trigger": "submit-message", "model": "mock"});
+    let user = json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "gated 3"}]});
+    let body = json!({"id": chat_id, "messages": [user], "trigger": "submit-message", "model": "demo"});
     // The first client drops the stream after its first bytes (a reload).
-    let mut dropped = w.apps[0].post_json("/v1/ai-sdk/chat", Some(&w.token), &body).await;
+    let mut dropped = apps[0].post_json("/v1/ai-sdk/chat", Some(&token), &body).await;
     assert_eq!(dropped.status(), StatusCode::OK);
     dropped.chunk().await.unwrap().expect("the stream started");
     drop(dropped);
 
-    let script = json!({"chatId": chat_id, "body": {"model": "mock"}, "messages": [user], "steps": [{"resume": true}]});
-    let (ok, resumed) = run_client("ai-sdk-chat.mjs", &ai_sdk_url(&w.apps[1]), &w.token, &script).await;
+    let script = json!({"chatId": chat_id, "body": {"model": "demo"}, "messages": [user], "steps": [{"resume": true}]});
+    let client = tokio::spawn({
+        let (url, token) = (ai_sdk_url(&apps[1]), token.clone());
+        async move { run_client("ai-sdk-chat.mjs", &url, &token, &script).await }
+    });
+    gauge_reaches(&apps[1], "switchboard_open_streams", &[("dialect", "ai-sdk")], 1.0).await;
+    runner.release(3);
+    let (ok, resumed) = client.await.unwrap();
     assert!(ok, "{resumed}");
     let exchange = &resumed["exchanges"][0];
     assert_eq!((exchange["method"].as_str(), exchange["status"].as_u64()), (Some("GET"), Some(200)));
     let messages = resumed["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 2);
-    assert_eq!(text(&messages[1]), words.concat(), "the whole answer, from its start");
+    assert_eq!(text(&messages[1]), "d1 d2 d3 ", "the whole answer, from its start");
 
-    // Nothing runs any more: a reconnect is a 204 and changes nothing.
-    let again = w.apps[0].get(&format!("/v1/ai-sdk/chat/{chat_id}/stream"), Some(&w.token)).await;
+    // Nothing runs any more: a reconnect is a 204.
+    let again = apps[0].get(&format!("/v1/ai-sdk/chat/{chat_id}/stream"), Some(&token)).await;
     assert_eq!(again.status(), StatusCode::NO_CONTENT);
 }
 
@@ -235,8 +246,8 @@ async fn the_ag_ui_client_runs_a_thread_through_a_frontend_tool_and_an_approval_
 }
 
 #[tokio::test]
-async fn every_format_of_a_native_session_is_accepted_by_its_real_client() {
-    // ?format=ai-sdk on GET events, read by the AI SDK's resume path.
+async fn a_native_session_replays_in_the_ai_sdk_and_ag_ui_framing() {
+    // ?format=ai-sdk and ?format=ag-ui on GET events: the framing their clients read.
     let w = world(1, |_| {}).await;
     w.upstream.push(Reply::new().text(["Looking."]).tool_call("call_l", "lookup", [r#"{"id":"1"}"#]));
     w.upstream.push(Reply::new().text(["Found."]));

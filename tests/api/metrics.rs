@@ -49,7 +49,7 @@ impl Delta<'_> {
 
 /// Scrapes until the gauge `name` reads `value`: gauges fall when a turn's
 /// task or a stream's encoder ends, just after the client saw the last event.
-async fn gauge_reaches(app: &TestApp, name: &str, labels: &[(&str, &str)], value: f64) -> String {
+pub async fn gauge_reaches(app: &TestApp, name: &str, labels: &[(&str, &str)], value: f64) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let text = scrape(app).await;

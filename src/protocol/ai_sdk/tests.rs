@@ -1,7 +1,10 @@
 use serde_json::json;
 
 use super::*;
-use crate::protocol::testing::{all_data, doc, event, types, usage};
+use crate::protocol::{
+    PendingCall,
+    testing::{all_data, event, types, usage},
+};
 
 fn encode_all(encoder: &mut AiSdkEncoder, events: Vec<EventKind>) -> Vec<Frame> {
     events.into_iter().enumerate().flat_map(|(i, kind)| encoder.encode(&event(i as u64 + 1, kind))).collect()
@@ -98,8 +101,8 @@ fn a_tool_round_then_an_answer_is_two_steps_in_the_clients_order() {
                "messageMetadata": {"usage": {"inputTokens": 30, "outputTokens": 3, "totalTokens": 33}}})
     );
     assert_valid(&chunks, &[]);
-    assert!(encoder.wants_finish());
-    assert_eq!(encoder.finish(&doc("m"))[0].data, "[DONE]");
+    assert!(!encoder.wants_finish(), "closing needs nothing stored");
+    assert_eq!(encoder.close()[0].data, "[DONE]");
     assert!(frames.iter().all(|f| f.event.is_none()));
 }
 
