@@ -91,17 +91,19 @@ impl Application {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         authenticator.start_refresh(&tasks, shutdown.clone());
+        let enabled_prompts = Arc::new(prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref()));
+        // The runner comes first: the sessions service may take sessions
+        // over as soon as it starts, and must be able to run them.
+        let runner = runner.unwrap_or_else(|| Orchestrator::new(config.clone(), (*enabled_prompts).clone()));
         let sessions = Sessions::start(
             store.clone(),
             notices_rx,
             config.clone(),
             metrics.clone(),
+            runner,
             tasks.clone(),
             shutdown.clone(),
         );
-        let enabled_prompts = Arc::new(prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref()));
-        let runner = runner.unwrap_or_else(|| Orchestrator::new(config.clone(), (*enabled_prompts).clone()));
-        sessions.set_runner(runner);
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
         let model_limits = ModelLimits::of(&config.models);
@@ -118,30 +120,42 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `signal` resolves, then stops accepting, gives live
-    /// streams `server.shutdown_grace` to end, and waits for background tasks.
+    /// Serves until `signal` resolves, then drains: readiness turns 503 at
+    /// once, no new connections are accepted, open streams end with a frame
+    /// telling their clients to rejoin, running turns are handed to other
+    /// replicas, and background tasks stop — all within
+    /// `server.shutdown_grace`.
     pub async fn run_until_stopped(self, signal: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let Self { listener, router, state } = self;
-        let token = state.shutdown.clone();
         let grace = state.config.server.shutdown_grace;
         tracing::info!(
             addr = %listener.local_addr()?,
             replica = %state.config.server.replica_id,
+            instance = %state.sessions.instance(),
             store = state.store.kind,
             "switchboard listening"
         );
-        let stop = token.clone();
+        let sessions = state.sessions.clone();
+        let (drained_tx, drained) = tokio::sync::oneshot::channel();
         let serve = crate::server::serve(listener, router, state.config.server.input, async move {
             signal.await;
-            tracing::info!("shutting down: no new connections, live streams are ending");
-            stop.cancel();
+            tracing::info!("draining: readiness is 503, streams end with a rejoin frame, turns are handed off");
+            let started = tokio::time::Instant::now();
+            sessions.drain(grace).await;
+            let _ = drained_tx.send(started);
         });
+        let deadline = async {
+            let Ok(started) = drained.await else { return std::future::pending().await };
+            // What is left of the grace for connections still open.
+            tokio::time::sleep_until(started + grace).await;
+        };
         tokio::select! {
             () = serve => {}
-            () = async { token.cancelled().await; tokio::time::sleep(grace).await } => {
+            () = deadline => {
                 tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace expired; closing remaining connections");
             }
         }
+        state.shutdown.cancel();
         state.tasks.close();
         state.tasks.wait().await;
         tracing::info!("stopped");

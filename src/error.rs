@@ -41,6 +41,8 @@ pub enum ErrorCode {
     RequestTimeout,
     HeadersTooLarge,
     StoreUnavailable,
+    /// The replica is shutting down (readiness); another one answers.
+    Draining,
     UpstreamError,
     UpstreamTimeout,
     Internal,
@@ -65,6 +67,7 @@ impl ErrorCode {
             Self::RequestTimeout => "request_timeout",
             Self::HeadersTooLarge => "headers_too_large",
             Self::StoreUnavailable => "store_unavailable",
+            Self::Draining => "draining",
             Self::UpstreamError => "upstream_error",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::Internal => "internal",
@@ -86,7 +89,7 @@ impl ErrorCode {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamError => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -185,7 +188,6 @@ impl From<crate::sessions::SessionError> for ApiError {
                     .with_retry_after(1)
                     .with_detail(e)
             }
-            E::Store(S::NotLeaseholder) => Self::conflict("another replica is running this session"),
             E::Store(e @ S::Corrupt(_)) => Self::internal(e),
         }
     }

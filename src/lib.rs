@@ -8,10 +8,12 @@
 //! - [`auth`]      — bearer JWT → [`auth::Principal`]; deny by default.
 //! - [`error`]     — the API error type and the one place errors become responses.
 //! - [`limits`]    — per-tenant request limits (local governor + global Redis); input bounds.
+//! - [`domain`]    — what a session is: conversation, canonical events, typed codes, the
+//!   `Session` and its transitions. Imports nothing from the modules below.
 //! - [`api`]       — HTTP handlers, one file per dialect; thin.
-//! - [`sessions`]  — the sessions service: state machine, event hub, leases, takeover.
+//! - [`sessions`]  — the sessions service: commits, event hub, writer, ownership, takeover, drain.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
-//! - [`protocol`]  — the canonical event model and one encoder per dialect.
+//! - [`protocol`]  — one encoder per dialect over the domain's events.
 //! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents.
 //! - [`tools`]     — server-side tools (HTTP, built-in demo).
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
@@ -22,6 +24,7 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod domain;
 pub mod error;
 pub mod limits;
 pub mod orchestrator;

@@ -23,7 +23,7 @@ impl Context {
             .ok()
             .and_then(|o| String::from_utf8(o.stdout).ok())
             .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| format!("{} s since the epoch", switchboard::protocol::events::now_ms() / 1000));
+            .unwrap_or_else(|| format!("{} s since the epoch", switchboard::domain::now_ms() / 1000));
         let cpu_model = read("/proc/cpuinfo")
             .lines()
             .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))

@@ -5,13 +5,13 @@
 //! What a turn does is chosen by the user message ([`Command`]):
 //! - `emit N`: N text deltas through [`RunHandle::emit`] (queued, coalesced),
 //!   as fast as the writer's queue takes them, like a model streaming tokens;
-//! - `append N`: N text deltas, each appended durably through
-//!   [`RunHandle::append`] before the next (no coalescing across them);
+//! - `append N`: N text deltas, each committed on its own through
+//!   [`RunHandle::transition`] before the next (no coalescing across them);
 //! - `live N US`: waits for [`BenchRunner::open_gate`], then emits N deltas
 //!   one every `US` microseconds, each carrying its emit time (microseconds
 //!   since [`BenchRunner::micros`]'s epoch) as `<micros>;`.
 //!
-//! Every turn then ends with `finish` (final). Deltas of `emit` and `append`
+//! Every turn then ends (final). Deltas of `emit` and `append`
 //! are the same token text, so the bytes a client receives can be checked.
 
 use std::{
@@ -21,8 +21,7 @@ use std::{
 
 use async_trait::async_trait;
 use switchboard::{
-    protocol::{AgentRef, EventKind, TurnEndReason},
-    providers::Usage,
+    domain::{AgentRef, EventKind, FailureCode, TurnEndReason},
     sessions::{RunHandle, SessionError, TurnRunner},
 };
 use tokio::{sync::Semaphore, time::MissedTickBehavior};
@@ -93,7 +92,7 @@ impl BenchRunner {
         self.epoch.elapsed().as_micros() as u64
     }
 
-    async fn script(&self, handle: &RunHandle, command: Command) -> Result<(), SessionError> {
+    async fn script(&self, handle: &mut RunHandle, command: Command) -> Result<(), SessionError> {
         let agent = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
         let delta = |text: String| EventKind::TextDelta { text };
         match command {
@@ -104,7 +103,8 @@ impl BenchRunner {
             }
             Command::Append(n) => {
                 for _ in 0..n {
-                    handle.append(&agent, vec![delta(self.token.clone())]).await?;
+                    let token = self.token.clone();
+                    handle.transition(|_| Ok(vec![delta(token)])).await?;
                 }
             }
             Command::Live { tokens, interval } => {
@@ -126,15 +126,17 @@ impl BenchRunner {
 
 #[async_trait]
 impl TurnRunner for BenchRunner {
-    async fn run(&self, handle: RunHandle) {
-        let message = handle.doc().messages.last().and_then(|m| m.content.clone()).unwrap_or_default();
+    async fn run(&self, mut handle: RunHandle) {
+        let history = handle.session().history().unwrap_or_default();
+        let message = history.last().and_then(|m| m.content.clone()).unwrap_or_default();
         let outcome = match Command::parse(&message) {
-            Some(command) => self.script(&handle, command).await,
+            Some(command) => self.script(&mut handle, command).await,
             None => Err(SessionError::Invalid(format!("not a benchmark command: {message:?}"))),
         };
         let _ = match outcome {
-            Ok(()) => handle.finish(TurnEndReason::Final, 1, Usage::default()).await,
-            Err(e) => handle.fail("bench_runner", &e.to_string(), None).await,
+            Ok(()) => handle.end(|s| s.end(TurnEndReason::Final)).await,
+            Err(_) if handle.cancelled().is_cancelled() => handle.stop().await,
+            Err(e) => handle.end(|s| s.fail(FailureCode::UpstreamError, &e.to_string(), None)).await,
         };
     }
 }

@@ -25,13 +25,10 @@ use super::{
 use crate::{
     app::AppState,
     auth::Principal,
+    domain::{Answers, ApprovalMode, ChatMessage, Decision, FrontendMode, FrontendTool, Role, Session, SessionOptions},
     error::{ApiError, ErrorCode},
     protocol::ag_ui::AgUiEncoder,
-    providers::{ChatMessage, Role},
-    sessions::{
-        Decision, NewSession, Resume, SessionDoc,
-        state::{ApprovalMode, FrontendMode, FrontendTool, SessionOptions},
-    },
+    sessions::NewSession,
 };
 
 /// `RunAgentInput`. Unknown fields (`state`, `context`, `protocolVersion`,
@@ -157,10 +154,11 @@ impl Conversation for RunAgentInput {
         Some((ChatMessage::text(Role::User, text), history))
     }
 
-    fn answers(&self, doc: &SessionDoc) -> Result<Resume, ApiError> {
-        let mut resume = Resume { outputs: Vec::new(), decisions: Vec::new() };
+    fn answers(&self, session: &Session) -> Result<Answers, ApiError> {
+        let mut resume = Answers { outputs: Vec::new(), decisions: Vec::new() };
         let (mut missing_calls, mut missing_approvals) = (Vec::new(), Vec::new());
-        for call in &doc.pending_calls {
+        let (pending_calls, pending_relays) = (session.pending_calls(), session.pending_relays());
+        for call in &pending_calls {
             let result = self
                 .messages
                 .iter()
@@ -171,7 +169,7 @@ impl Conversation for RunAgentInput {
                 None => missing_calls.push(call.tool_call_id.as_str()),
             }
         }
-        for relay in &doc.pending_relays {
+        for relay in &pending_relays {
             let Some((i, entry)) = self.resume.iter().enumerate().find(|(_, e)| e.interrupt_id == relay.relay_id)
             else {
                 missing_approvals.push(relay.tool_call_id.as_str());

@@ -33,13 +33,10 @@ use super::{
 use crate::{
     app::AppState,
     auth::Principal,
+    domain::{Answers, ApprovalMode, ChatMessage, Decision, FrontendTool, Role, Session, SessionOptions},
     error::ApiError,
     protocol::ai_sdk::AiSdkEncoder,
-    providers::{ChatMessage, Role},
-    sessions::{
-        Decision, NewSession, Resume, SessionDoc,
-        state::{ApprovalMode, FrontendTool, SessionOptions},
-    },
+    sessions::NewSession,
 };
 
 /// `DefaultChatTransport`'s body. Other fields an app adds are ignored.
@@ -113,13 +110,12 @@ pub async fn reconnect(
     principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (_, doc) = state.sessions.get(&principal, &id).await?;
-    if !doc.status.is_active() {
+    let view = state.sessions.get(&principal, &id).await?;
+    if !view.session.status().is_active() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    // While a turn runs, the stored `last_seq` is where it (or its
-    // continuation) began: its `start` is replayed from there.
-    let follower = state.sessions.follow(&principal, &id, doc.last_seq).await?;
+    // The running turn (or its continuation) is replayed from its `start`.
+    let follower = state.sessions.follow(&principal, &id, view.turn_start_seq).await?;
     Ok(stream::stream(&state, principal, id, follower, Box::new(AiSdkEncoder::default())))
 }
 
@@ -149,21 +145,22 @@ impl Conversation for ChatBody {
         Some((ChatMessage::text(Role::User, text), history))
     }
 
-    fn answers(&self, doc: &SessionDoc) -> Result<Resume, ApiError> {
+    fn answers(&self, session: &Session) -> Result<Answers, ApiError> {
         let parts: Vec<ToolPart> = match self.messages.last() {
             Some(last) if last.role == UiRole::Assistant => tool_parts(last).collect(),
             _ => Vec::new(),
         };
         let part = |id: &str| parts.iter().find(|p| p.id == id);
-        let mut resume = Resume { outputs: Vec::new(), decisions: Vec::new() };
+        let mut resume = Answers { outputs: Vec::new(), decisions: Vec::new() };
         let (mut missing_calls, mut missing_approvals) = (Vec::new(), Vec::new());
-        for call in &doc.pending_calls {
+        let (pending_calls, pending_relays) = (session.pending_calls(), session.pending_relays());
+        for call in &pending_calls {
             match part(&call.tool_call_id).and_then(ToolPart::output) {
                 Some(output) => resume.outputs.push((call.tool_call_id.clone(), output)),
                 None => missing_calls.push(call.tool_call_id.as_str()),
             }
         }
-        for relay in &doc.pending_relays {
+        for relay in &pending_relays {
             match part(&relay.tool_call_id).and_then(ToolPart::decision) {
                 Some((approved, reason)) => {
                     resume.decisions.push(Decision { tool_call_id: relay.tool_call_id.clone(), approved, reason });

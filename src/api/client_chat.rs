@@ -14,9 +14,9 @@ use super::ApiError;
 use crate::{
     app::AppState,
     auth::Principal,
+    domain::{Answers, ChatMessage, Session, Status},
     error::ErrorCode,
-    providers::ChatMessage,
-    sessions::{NewSession, Resume, SessionDoc, SessionError, state::Status},
+    sessions::{NewSession, SessionError},
 };
 
 /// Longest client-chosen id.
@@ -32,8 +32,8 @@ pub trait Conversation {
     /// user's text.
     fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)>;
 
-    /// The answers to the pending calls and approvals of `doc`'s paused turn.
-    fn answers(&self, doc: &SessionDoc) -> Result<Resume, ApiError>;
+    /// The answers to the pending calls and approvals of `session`'s paused turn.
+    fn answers(&self, session: &Session) -> Result<Answers, ApiError>;
 }
 
 /// What a request did to its chat.
@@ -70,8 +70,8 @@ pub async fn proceed(
 ) -> Result<Proceeded, ApiError> {
     let id = conversation.chat_id();
     match state.sessions.get(principal, id).await {
-        Ok((_, doc)) if doc.status == Status::AwaitingClient => {
-            let resume = conversation.answers(&doc)?;
+        Ok(view) if view.session.status() == Status::AwaitingClient => {
+            let resume = conversation.answers(&view.session)?;
             let cursor = state.sessions.resume(principal, id, resume).await?;
             Ok(Proceeded { cursor, resumed: true })
         }

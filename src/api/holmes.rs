@@ -34,14 +34,11 @@ use super::stream;
 use crate::{
     app::AppState,
     auth::Principal,
+    domain::{Answers, ApprovalMode, ChatMessage, Decision, FailureCode, FrontendMode, Role, SessionOptions},
     error::{ApiError, ErrorCode},
     orchestrator::prompt,
     protocol::{Frame, holmes::HolmesEncoder},
-    providers::{ChatMessage, Role},
-    sessions::{
-        Decision, NewSession, Resume,
-        state::{ApprovalMode, FrontendMode, SessionOptions},
-    },
+    sessions::NewSession,
     telemetry::timing::UpstreamElapsed,
 };
 
@@ -90,9 +87,9 @@ async fn ask(
     let message = request.user_message();
     let (id, model, cursor) = match &request.session_id {
         Some(id) => {
-            let doc = state.sessions.find_for_turn(&principal, id, history.as_deref()).await?;
+            let session = state.sessions.find_for_turn(&principal, id, history.as_deref()).await?;
             let cursor = state.sessions.start_turn(&principal, id, message).await?;
-            (doc.id, doc.model, cursor)
+            (session.id().to_string(), session.model().to_string(), cursor)
         }
         None => {
             let model = super::model_or_default(&state, &principal, request.model.as_deref())?;
@@ -156,14 +153,14 @@ async fn resume(
     request: ChatRequest,
     history: Option<Vec<ChatMessage>>,
 ) -> Result<Response, ApiError> {
-    let doc = state.sessions.find_paused(&principal, request.session_id.as_deref(), history.as_deref()).await?;
+    let session = state.sessions.find_paused(&principal, request.session_id.as_deref(), history.as_deref()).await?;
     let results = request.frontend_tool_results.unwrap_or_default();
     for (i, result) in results.iter().enumerate() {
-        let stored = doc.turn_state.calls.iter().find(|c| c.call.id == result.tool_call_id);
-        if let Some(stored) = stored.filter(|c| c.call.name != result.tool_name) {
+        let stored = session.call(&result.tool_call_id).map(|c| c.call());
+        if let Some(stored) = stored.filter(|c| c.name != result.tool_name) {
             return Err(ApiError::bad_request(format!(
                 "frontend_tool_results[{i}].tool_name: call {:?} is a call of {:?}, not {:?}",
-                result.tool_call_id, stored.call.name, result.tool_name
+                result.tool_call_id, stored.name, result.tool_name
             )));
         }
     }
@@ -174,12 +171,13 @@ async fn resume(
         .into_iter()
         .map(|d| Decision { tool_call_id: d.tool_call_id, approved: d.approved, reason: d.feedback })
         .collect();
-    let cursor = state.sessions.resume(&principal, &doc.id, Resume { outputs, decisions }).await?;
-    let mut encoder = encoder(&state, &doc.model);
-    for planned in &doc.turn_state.calls {
-        encoder.remember_call(&planned.call.id, serde_json::from_str(&planned.call.arguments).unwrap_or(json!({})));
+    let cursor = state.sessions.resume(&principal, session.id(), Answers { outputs, decisions }).await?;
+    let mut encoder = encoder(&state, session.model());
+    for planned in session.calls() {
+        let call = planned.call();
+        encoder.remember_call(&call.id, serde_json::from_str(&call.arguments).unwrap_or(json!({})));
     }
-    respond(state, principal, doc.id, cursor, request.stream, encoder).await
+    respond(state, principal, session.id().to_string(), cursor, request.stream, encoder).await
 }
 
 fn encoder(state: &AppState, model: &str) -> HolmesEncoder {
@@ -300,16 +298,26 @@ fn failure(error: Option<&Value>) -> ApiError {
             .with_retry_after(1);
     };
     let message = error["msg"].as_str().unwrap_or("the turn failed").to_string();
-    match error["code"].as_str().unwrap_or_default() {
-        "rate_limited" => ApiError::new(ErrorCode::RateLimited, message)
+    let code = error["code"].as_str().unwrap_or_default();
+    // A turn's failure carries a FailureCode; the stream's own failures
+    // (cancelled, a lost cursor, the store) carry theirs.
+    let Ok(failure) = serde_json::from_value::<FailureCode>(error["code"].clone()) else {
+        return match code {
+            "cancelled" => ApiError::conflict(message),
+            "recovery_failed" => ApiError::new(ErrorCode::RecoveryFailed, message),
+            "store_unavailable" => ApiError::new(ErrorCode::StoreUnavailable, message).with_retry_after(1),
+            code => ApiError::internal(format!("turn failed with {code}: {message}")),
+        };
+    };
+    match failure {
+        FailureCode::RateLimited => ApiError::new(ErrorCode::RateLimited, message)
             .with_retry_after(error["retry_after"].as_u64().unwrap_or(RATE_LIMIT_RETRY_AFTER_SECS)),
-        "upstream_error" | "upstream_disconnected" => ApiError::new(ErrorCode::UpstreamError, message),
-        "upstream_timeout" => ApiError::new(ErrorCode::UpstreamTimeout, message),
-        "context_overflow" => ApiError::new(ErrorCode::InvalidRequest, message),
-        "unknown_model" => ApiError::new(ErrorCode::UnknownModel, message),
-        "cancelled" => ApiError::conflict(message),
-        "recovery_failed" => ApiError::new(ErrorCode::RecoveryFailed, message),
-        "store_unavailable" => ApiError::new(ErrorCode::StoreUnavailable, message).with_retry_after(1),
-        code => ApiError::internal(format!("turn failed with {code}: {message}")),
+        FailureCode::UpstreamError | FailureCode::UpstreamDisconnected => {
+            ApiError::new(ErrorCode::UpstreamError, message)
+        }
+        FailureCode::UpstreamTimeout => ApiError::new(ErrorCode::UpstreamTimeout, message),
+        FailureCode::ContextOverflow => ApiError::new(ErrorCode::InvalidRequest, message),
+        FailureCode::UnknownModel => ApiError::new(ErrorCode::UnknownModel, message),
+        FailureCode::StoreUnavailable => ApiError::new(ErrorCode::StoreUnavailable, message).with_retry_after(1),
     }
 }

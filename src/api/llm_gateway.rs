@@ -25,13 +25,10 @@ use crate::{
     api::openai_messages::WireMessage,
     app::AppState,
     auth::Principal,
+    domain::{ApprovalMode, ChatMessage, PermissionRules, RelayDecision, Role, SessionOptions},
     error::ApiError,
     protocol::llm_gateway::LlmGatewayEncoder,
-    providers::{ChatMessage, Role},
-    sessions::{
-        NewSession, SessionError,
-        state::{ApprovalMode, PermissionRules, RelayDecision, SessionOptions},
-    },
+    sessions::{NewSession, SessionError},
 };
 
 /// `GET /models`: the tenant's model aliases and the default one.
@@ -72,12 +69,8 @@ pub async fn relay(
 ) -> Result<Json<Value>, ApiError> {
     let body = RelayBody::parse(&body).map_err(ApiError::bad_request)?;
     state.sessions.get(&principal, &body.session_id).await.map_err(not_found)?;
-    let decision = RelayDecision {
-        relay_id: relay_id.clone(),
-        approved: body.response.approved,
-        always: body.response.always,
-        reason: body.response.reason,
-    };
+    let decision =
+        RelayDecision { approved: body.response.approved, always: body.response.always, reason: body.response.reason };
     state.sessions.decide_relay(&principal, Some(&body.session_id), &relay_id, decision).await.map_err(not_found)?;
     Ok(Json(json!({"success": true})))
 }

@@ -85,7 +85,7 @@ fn model_or_default(
 
 /// Frontend tools may not shadow server tools (or the `agent` tool), and
 /// names must be unique.
-fn check_frontend_tools(state: &AppState, tools: &[crate::sessions::state::FrontendTool]) -> Result<(), ApiError> {
+fn check_frontend_tools(state: &AppState, tools: &[crate::domain::FrontendTool]) -> Result<(), ApiError> {
     for (i, tool) in tools.iter().enumerate() {
         if state.config.tool(&tool.name).is_some() || tool.name == "agent" {
             return Err(ApiError::bad_request(format!("frontend tool {:?} has the name of a server tool", tool.name)));

@@ -14,13 +14,11 @@ use super::stream;
 use crate::{
     app::AppState,
     auth::Principal,
+    domain::{Answers, ApprovalMode, Decision, FrontendTool, PermissionRules, RelayDecision, SessionOptions},
     error::ApiError,
     protocol::{Encoder, FORMATS, encoder_for},
     providers::{ChatMessage, Role},
-    sessions::{
-        Decision, NewSession, Resume, SessionDoc,
-        state::{ApprovalMode, FrontendTool, PermissionRules, RelayDecision, SessionOptions},
-    },
+    sessions::{NewSession, SessionView},
 };
 
 #[derive(Debug, Deserialize)]
@@ -63,8 +61,9 @@ pub async fn create(
         ..SessionOptions::default()
     };
     let new = NewSession { id: None, model: body.model, dialect: "native", options };
-    let doc = state.sessions.create(&principal, new).await?;
-    Ok((StatusCode::CREATED, Json(view(&doc, 0))).into_response())
+    let session = state.sessions.create(&principal, new).await?;
+    let created = SessionView { session, replica: None, last_seq: 0, turn_start_seq: 0 };
+    Ok((StatusCode::CREATED, Json(view(&created))).into_response())
 }
 
 /// `GET /v1/sessions/{id}`: status, pending relays and calls, usage, last seq.
@@ -73,9 +72,8 @@ pub async fn get(
     principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, doc) = state.sessions.get(&principal, &id).await?;
-    let last_seq = state.sessions.last_seq(&principal, &id).await?;
-    Ok(Json(view(&doc, last_seq)))
+    let session = state.sessions.get(&principal, &id).await?;
+    Ok(Json(view(&session)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,25 +179,27 @@ pub async fn tool_results(
         .into_iter()
         .map(|d| Decision { tool_call_id: d.tool_call_id, approved: d.approved, reason: d.reason })
         .collect();
-    let cursor = state.sessions.resume(&principal, &id, Resume { outputs, decisions }).await?;
+    let cursor = state.sessions.resume(&principal, &id, Answers { outputs, decisions }).await?;
     let follower = state.sessions.follow(&principal, &id, cursor).await?;
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
-fn view(doc: &SessionDoc, last_seq: u64) -> Value {
+fn view(view: &SessionView) -> Value {
+    let session = &view.session;
     json!({
-        "id": doc.id,
-        "status": doc.status.as_str(),
-        "model": doc.model,
-        "turn": doc.turn,
-        "replica": doc.owner,
-        "created_ms": doc.created_ms,
-        "updated_ms": doc.updated_ms,
-        "last_seq": last_seq,
-        "pending_relays": doc.pending_relays,
-        "pending_calls": doc.pending_calls,
-        "usage": doc.usage,
-        "error": doc.error,
+        "id": session.id(),
+        "status": session.status().as_str(),
+        "model": session.model(),
+        "turn": session.turn(),
+        "replica": view.replica,
+        "created_ms": session.created_ms(),
+        "updated_ms": session.updated_ms(),
+        "last_seq": view.last_seq,
+        "pending_relays": session.pending_relays(),
+        "pending_calls": session.pending_calls(),
+        "usage": session.usage(),
+        "error": session.error().map(|e| &e.message),
+        "error_code": session.error().map(|e| e.code),
     })
 }
 
@@ -220,8 +220,7 @@ pub async fn decide_relay(
     Path((id, relay_id)): Path<(String, String)>,
     Json(body): Json<RelayDecisionBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let decision =
-        RelayDecision { relay_id: relay_id.clone(), approved: body.approved, always: body.always, reason: body.reason };
+    let decision = RelayDecision { approved: body.approved, always: body.always, reason: body.reason };
     state.sessions.decide_relay(&principal, Some(&id), &relay_id, decision).await?;
     Ok(Json(json!({"relay_id": relay_id, "decided": true})))
 }

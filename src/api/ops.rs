@@ -18,8 +18,12 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The process can do useful work: its store answers.
+/// The process can do useful work: it is not draining, and its store
+/// answers.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if state.sessions.draining().is_cancelled() {
+        return Err(ApiError::new(ErrorCode::Draining, "this replica is shutting down").with_retry_after(1));
+    }
     let store = state.store.kind;
     let unavailable = |detail: String| {
         ApiError::new(ErrorCode::StoreUnavailable, format!("the {store} store is not reachable"))

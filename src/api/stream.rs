@@ -1,8 +1,9 @@
 //! Turns a session follower into a streaming response in any dialect: the
 //! encoder renders each event, sent as SSE or, for line-based dialects, as
-//! NDJSON; keep-alives fill idle time, and the stream ends at shutdown (the
-//! follower stops, so clients reconnect to another replica with
-//! `Last-Event-ID` or `?after=`).
+//! NDJSON; keep-alives fill idle time. When the replica drains, each stream
+//! ends with its dialect's "rejoin" frame (native: `retry:` and an
+//! `event: reconnect`), so clients reconnect to another replica with
+//! `Last-Event-ID` or `?after=`.
 
 use std::convert::Infallible;
 
@@ -59,7 +60,7 @@ pub fn stream(
 
 /// Runs the encoder in a task of its own (owned by the app's tracker) and
 /// returns its frames. Ends when the follower ends, the client goes away, or
-/// the app shuts down.
+/// the replica drains (after the encoder's rejoin frames).
 pub fn encode(
     state: &AppState,
     principal: Principal,
@@ -69,6 +70,7 @@ pub fn encode(
 ) -> mpsc::Receiver<Frame> {
     let (tx, rx) = mpsc::channel(FRAME_BUFFER);
     let sessions = state.sessions.clone();
+    let draining = state.sessions.draining().clone();
     let shutdown = state.shutdown.clone();
     let open = state.metrics.open_stream(encoder.dialect());
     state.tasks.spawn(async move {
@@ -88,6 +90,10 @@ pub fn encode(
             let item = tokio::select! {
                 item = follower.recv() => item,
                 () = tx.closed() => return,
+                () = draining.cancelled() => {
+                    send_all(encoder.reconnect()).await;
+                    return;
+                }
                 () = shutdown.cancelled() => return,
             };
             let frames = match item {
@@ -105,8 +111,8 @@ pub fn encode(
             }
         }
         if encoder.wants_finish()
-            && let Ok((_, doc)) = sessions.get(&principal, &session_id).await
-            && !send_all(encoder.finish(&doc)).await
+            && let Ok(view) = sessions.get_with_history(&principal, &session_id).await
+            && !send_all(encoder.finish(&view.session)).await
         {
             return;
         }
@@ -126,6 +132,9 @@ pub fn sse_event(frame: Frame) -> SseEvent {
     event = event.data(frame.data);
     if let Some(id) = frame.id {
         event = event.id(id);
+    }
+    if let Some(retry) = frame.retry {
+        event = event.retry(retry);
     }
     event
 }

@@ -233,6 +233,11 @@ pub struct ModelConfig {
     pub context_window: u32,
     pub max_output_tokens: u32,
     pub resilience: Resilience,
+    /// After a takeover, continue a step cut short from its last durable
+    /// text (Anthropic prefill; `continue_final_message` on
+    /// OpenAI-compatible servers that have it, such as vLLM) instead of
+    /// generating it again.
+    pub continue_partial: bool,
 }
 
 /// How a provider guards each upstream call.
@@ -288,6 +293,11 @@ pub struct ToolConfig {
     pub target: ToolTarget,
     pub permission: Permission,
     pub timeout: Duration,
+    /// A call cut short by a replica's death runs again on the replica that
+    /// takes the session over (at least once; the `Idempotency-Key` header
+    /// is the same). When false it never runs twice: the model is told its
+    /// outcome is unknown.
+    pub retry_on_takeover: bool,
 }
 
 /// A secret string whose `Debug` never prints the value.

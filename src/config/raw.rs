@@ -140,6 +140,7 @@ pub struct RawModel {
     pub idle_timeout_secs: Option<u64>,
     pub max_retries: Option<u32>,
     pub retry_base_ms: Option<u64>,
+    pub continue_partial: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,6 +154,7 @@ pub struct RawTool {
     pub builtin: Option<String>,
     pub permission: Option<String>,
     pub timeout_secs: Option<u64>,
+    pub retry_on_takeover: Option<bool>,
 }
 
 /// Parses TOML text into a [`RawConfig`] and the list of unknown keys (to be

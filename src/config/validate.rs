@@ -218,6 +218,7 @@ fn validate_model(
                 retry_base: raw.retry_base_ms.map_or(d.retry_base, Duration::from_millis),
             }
         },
+        continue_partial: raw.continue_partial.unwrap_or(false),
     })
 }
 
@@ -560,6 +561,7 @@ fn validate_tool(errors: &mut ConfigErrors, path: &str, raw: RawTool) -> Option<
         target: target?,
         permission: permission?,
         timeout: secs(positive(errors, &format!("{path}.timeout_secs"), raw.timeout_secs), 30),
+        retry_on_takeover: raw.retry_on_takeover.unwrap_or(true),
     })
 }
 

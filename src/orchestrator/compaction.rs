@@ -2,13 +2,13 @@
 //! the conversation, keeping system messages and everything from the last
 //! user message on (so tool calls stay paired with their results).
 
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::step::StepError;
+use super::model_call::{self, ModelCall, Output, StepError};
 use crate::{
     config::ModelConfig,
-    providers::{ChatMessage, ModelEvent, ModelProvider, ModelRequest, Role},
+    domain::{ChatMessage, Role},
+    providers::ModelRequest,
 };
 
 const INSTRUCTION: &str = "Summarise the conversation above for your own later use: the user's goals, \
@@ -16,9 +16,9 @@ the facts established, tool results that matter, decisions taken and what is sti
 Answer inside <analysis></analysis> tags.";
 
 /// Asks the model for a summary of `messages` (no tools, nothing streamed to
-/// clients).
+/// clients; charged to the tenant's budget like any model call).
 pub(super) async fn summarize(
-    provider: &dyn ModelProvider,
+    call: &ModelCall<'_>,
     model: &ModelConfig,
     messages: &[ChatMessage],
     cancelled: &CancellationToken,
@@ -31,25 +31,9 @@ pub(super) async fn summarize(
         tools: Vec::new(),
         max_output_tokens: model.max_output_tokens,
         response_format: None,
+        prefill: None,
     };
-    let mut stream = tokio::select! {
-        started = provider.stream(request) => started?,
-        () = cancelled.cancelled() => return Err(StepError::Cancelled),
-    };
-    let mut summary = String::new();
-    loop {
-        let item = tokio::select! {
-            item = stream.next() => item,
-            () = cancelled.cancelled() => return Err(StepError::Cancelled),
-        };
-        match item {
-            None => break,
-            Some(Err(e)) => return Err(e.into()),
-            Some(Ok(ModelEvent::TextDelta(text))) => summary.push_str(&text),
-            Some(Ok(_)) => {}
-        }
-    }
-    Ok(summary)
+    Ok(model_call::call(call, request, Output::Quiet, cancelled).await?.text)
 }
 
 /// The history after compaction.
@@ -65,7 +49,7 @@ pub(super) fn compacted(messages: &[ChatMessage], summary: &str) -> Vec<ChatMess
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ToolCall;
+    use crate::domain::ToolCall;
 
     #[test]
     fn compaction_keeps_system_messages_and_the_last_exchange() {

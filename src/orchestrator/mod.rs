@@ -1,8 +1,9 @@
 //! The agent orchestrator: the [`TurnRunner`] that runs a session's turns on
 //! the replica holding its lease.
 //!
-//! - `turn.rs` — the loop of one turn, from its last checkpoint to its end;
-//! - `step.rs` — one streamed model call, as canonical events;
+//! - `turn.rs` — the loop of one turn, from its last commit to its end;
+//! - `model_call.rs` — every model call (token budget, span, metrics,
+//!   stream), as canonical events;
 //! - `tools_phase.rs` — deciding, running, relaying and pausing tool calls;
 //! - `permissions.rs` — tenant policy and request rules;
 //! - `context.rs`, `compaction.rs` — context-window limits;
@@ -11,9 +12,9 @@
 
 mod compaction;
 pub mod context;
+mod model_call;
 pub mod permissions;
 pub mod prompt;
-mod step;
 mod subagent;
 mod tools_phase;
 mod turn;
@@ -25,11 +26,12 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::Config,
-    providers::{ChatMessage, Providers, Role, ToolCall, ToolSpec},
-    sessions::{Emitter, RunHandle, SessionDoc, TurnRunner, state::SessionOptions},
-    telemetry::{attributes as attr, metrics::Metrics, timing::UpstreamTime},
-    tools::{CallContext, ServerTools, ToolOutcome},
+    config::{Config, ModelConfig},
+    domain::{ChatMessage, Role, Session, SessionOptions, ToolCall, ToolOutcome},
+    providers::{ModelProvider, Providers, ToolSpec},
+    sessions::{Emitter, RunHandle, Sessions, TurnRunner},
+    telemetry::{attributes as attr, timing::UpstreamTime},
+    tools::{CallContext, ServerTools},
 };
 use tracing::Instrument as _;
 
@@ -53,14 +55,38 @@ impl Orchestrator {
 
     /// The history as sent to the model: the client's own system message if
     /// the conversation has one, else ours.
-    fn messages_with_system(&self, doc: &SessionDoc) -> Vec<ChatMessage> {
-        if doc.messages.first().is_some_and(|m| m.role == Role::System) {
-            return doc.messages.clone();
+    fn messages_with_system(&self, session: &Session) -> Vec<ChatMessage> {
+        self.messages_with_system_of(session, session.history().unwrap_or_default())
+    }
+
+    /// [`Orchestrator::messages_with_system`] for `messages` of `session`.
+    fn messages_with_system_of(&self, session: &Session, messages: &[ChatMessage]) -> Vec<ChatMessage> {
+        if messages.first().is_some_and(|m| m.role == Role::System) {
+            return messages.to_vec();
         }
-        let mut messages = Vec::with_capacity(doc.messages.len() + 1);
-        messages.push(ChatMessage::text(Role::System, self.system_prompt(&doc.options)));
-        messages.extend(doc.messages.iter().cloned());
-        messages
+        let mut out = Vec::with_capacity(messages.len() + 1);
+        out.push(ChatMessage::text(Role::System, self.system_prompt(session.options())));
+        out.extend(messages.iter().cloned());
+        out
+    }
+
+    /// A model call of the turn `handle` runs, charged to its tenant.
+    fn model_call<'a>(
+        &'a self,
+        handle: &'a RunHandle,
+        model: &'a ModelConfig,
+        provider: &'a dyn ModelProvider,
+    ) -> model_call::ModelCall<'a> {
+        model_call::ModelCall {
+            provider,
+            model,
+            config: &self.config,
+            tenant: &handle.key().tenant,
+            session_id: &handle.key().id,
+            budget: handle.sessions().token_budget(),
+            metrics: handle.sessions().metrics(),
+            upstream: handle.upstream_time(),
+        }
     }
 
     pub fn system_prompt(&self, options: &SessionOptions) -> String {
@@ -84,18 +110,18 @@ impl Orchestrator {
     }
 
     fn exec_context(&self, handle: &RunHandle) -> ExecContext {
-        let doc = handle.doc();
+        let session = handle.session();
         ExecContext {
             tools: self.tools.clone(),
             providers: self.providers.clone(),
             config: self.config.clone(),
-            model_alias: doc.model.clone(),
-            options: doc.options.clone(),
+            model_alias: session.model().to_string(),
+            options: session.options().clone(),
             emitter: handle.emitter(),
             cancel: handle.cancelled().clone(),
-            session_id: doc.id.clone(),
-            tenant: doc.tenant.clone(),
-            metrics: handle.sessions().metrics().clone(),
+            session_id: session.id().to_string(),
+            tenant: session.tenant().to_string(),
+            sessions: handle.sessions().clone(),
             upstream: handle.upstream_time().clone(),
         }
     }
@@ -121,7 +147,8 @@ struct ExecContext {
     cancel: CancellationToken,
     session_id: String,
     tenant: String,
-    metrics: Arc<Metrics>,
+    /// The token budget and metrics of model calls.
+    sessions: Sessions,
     upstream: Arc<UpstreamTime>,
 }
 
@@ -157,7 +184,7 @@ impl ExecContext {
         };
         Box::pin(async move {
             let outcome = run.instrument(span).await;
-            if !outcome.ok {
+            if !outcome.is_success() {
                 record.record(attr::OTEL_STATUS_CODE, "ERROR");
             }
             outcome

@@ -12,13 +12,11 @@
 //! 6. the request sent an `allowlist` and nothing matched → ask;
 //! 7. otherwise the tenant policy: allow or ask.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use crate::{
     config::Permission,
-    sessions::state::{PermissionRules, ToolRule},
+    domain::{PermissionRules, ToolRule},
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,30 +72,12 @@ pub fn matches(rule: &ToolRule, tool: &str, arguments: &Value) -> bool {
         })
 }
 
-/// The rule an `always: true` decision adds: this tool, with each argument's
-/// first word as a prefix pattern (as llm-gateway does), so `ls -la /tmp`
-/// allows later `ls …` but not `rm …`.
-pub fn always_rule(tool: &str, arguments: &Value) -> ToolRule {
-    let mut params = BTreeMap::new();
-    if let Value::Object(map) = arguments {
-        for (name, value) in map {
-            let text = match value {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            let first = text.split_whitespace().next().unwrap_or("");
-            params.insert(name.clone(), format!("{}*", glob::Pattern::escape(first)));
-        }
-    }
-    ToolRule { tool: tool.to_string(), params }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::sessions::state::DenyRule;
+    use crate::domain::DenyRule;
 
     fn rule(tool: &str, params: &[(&str, &str)]) -> ToolRule {
         ToolRule { tool: tool.into(), params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
@@ -148,7 +128,7 @@ mod tests {
 
     #[test]
     fn always_allows_the_first_word_of_each_argument() {
-        let always = always_rule("bash", &json!({"command": "ls -la /tmp"}));
+        let always = ToolRule::always("bash", &json!({"command": "ls -la /tmp"}));
         assert!(matches(&always, "bash", &json!({"command": "ls /etc"})));
         assert!(!matches(&always, "bash", &json!({"command": "rm -rf /"})));
         assert!(!matches(&always, "other", &json!({"command": "ls"})));

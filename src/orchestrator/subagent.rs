@@ -2,16 +2,22 @@
 //! its parent's tool call as `parent_id`. It may use server tools that are
 //! allowed without asking (it cannot wait for a relay or pause for a client)
 //! and start subagents of its own up to `maxDepth`. Its events go to the
-//! session's log like the main agent's. It is not checkpointed: a takeover
-//! runs an unfinished `agent` call again.
+//! session's log like the main agent's, and its model calls are charged to
+//! the tenant's token budget like the main agent's. It is not committed
+//! step by step: a takeover runs an unfinished `agent` call again (with a
+//! new agent id).
 
 use serde_json::{Value, json};
 
-use super::{ExecContext, permissions, permissions::Verdict, step};
+use super::{
+    ExecContext,
+    model_call::{self, ModelCall, Output},
+    permissions,
+    permissions::Verdict,
+};
 use crate::{
-    protocol::{AgentRef, EventKind},
-    providers::{ChatMessage, ModelRequest, Role, ToolCall, ToolSpec},
-    tools::ToolOutcome,
+    domain::{AgentRef, ChatMessage, EventKind, Role, ToolCall, ToolOutcome},
+    providers::{ModelRequest, ToolSpec},
 };
 
 pub const TOOL_NAME: &str = "agent";
@@ -64,35 +70,46 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
             tools: tools.clone(),
             max_output_tokens: model.max_output_tokens,
             response_format: None,
+            prefill: None,
         };
-        let call = step::ModelCall {
+        let call = ModelCall {
             provider: provider.as_ref(),
             model,
+            config: &context.config,
             tenant: &context.tenant,
             session_id: &context.session_id,
-            metrics: &context.metrics,
+            budget: context.sessions.token_budget(),
+            metrics: context.sessions.metrics(),
             upstream: &context.upstream,
         };
-        let output = match step::run(&call, request, &context.emitter, &context.cancel, &agent).await {
+        let output = Output::Events { emitter: &context.emitter, agent: &agent };
+        let output = match model_call::call(&call, request, output, &context.cancel).await {
             Ok(output) => output,
             Err(e) => return ToolOutcome::error(format!("the subagent failed: {e}")),
         };
+        if !output.text.is_empty() || !output.reasoning.is_empty() {
+            let completed = EventKind::MessageCompleted {
+                content: (!output.text.is_empty()).then(|| output.text.clone()),
+                reasoning: (!output.reasoning.is_empty()).then(|| output.reasoning.clone()),
+            };
+            let _ = context.emitter.emit(&agent, completed).await;
+        }
         let mut assistant = ChatMessage::text(Role::Assistant, output.text.clone());
         assistant.tool_calls = output.calls.clone();
         messages.push(assistant);
         if output.calls.is_empty() {
-            return ToolOutcome { ok: true, output: output.text };
+            return ToolOutcome::Success(output.text);
         }
         for sub_call in &output.calls {
             let outcome = run_call(context, sub_call, &agent).await;
             let event = EventKind::ToolResult {
                 tool_call_id: sub_call.id.clone(),
                 name: sub_call.name.clone(),
-                status: if outcome.ok { "success" } else { "error" }.into(),
-                output: Value::String(outcome.output.clone()),
+                status: outcome.status(),
+                output: Value::String(outcome.output()),
             };
             let _ = context.emitter.emit(&agent, event).await;
-            messages.push(ChatMessage::tool_result(&sub_call.id, outcome.output));
+            messages.push(ChatMessage::tool_result(&sub_call.id, outcome.output()));
         }
     }
     ToolOutcome::error("the subagent reached its iteration limit without an answer")

@@ -1,35 +1,20 @@
 //! The tool calls of one model response: deciding each (permissions),
-//! running the permitted ones in parallel, waiting for relay decisions, and
-//! pausing for the client. Every result is checkpointed as it arrives, so a
-//! takeover never runs a finished call again.
-
-use std::time::Duration;
+//! running the permitted ones in parallel, taking up relay decisions, and
+//! pausing for the client. Every result is committed with its event as it
+//! arrives, so a takeover never runs a finished call again.
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use super::{
-    Orchestrator, context, permissions,
-    permissions::Verdict,
-    subagent,
-    turn::{End, stopped_or_cancelled},
-};
+use super::{Orchestrator, context, permissions, permissions::Verdict, subagent, turn::End};
 use crate::{
     config::ModelConfig,
-    protocol::{EventKind, PendingCall, PendingRelay},
-    providers::ToolCall,
-    sessions::{
-        RunHandle, SessionError, Status, main_agent,
-        state::{ApprovalMode, CallPlan, CallResult, FrontendMode, PermissionRules, PlannedCall, ToolRule, Truncation},
-    },
+    domain::{ApprovalMode, CallDecision, FrontendMode, PermissionRules, ToolCall, ToolOutcome, Truncation},
+    sessions::{RunHandle, SessionError, Stop},
     telemetry::attributes as attr,
 };
-
-/// How often a relay wait re-reads the state even without a wake-up, in case
-/// a wake-up was lost with a dropped subscription.
-const RELAY_POLL: Duration = Duration::from_secs(2);
 
 pub(super) enum Phase {
     /// Every call has its result.
@@ -37,110 +22,65 @@ pub(super) enum Phase {
     End(End),
 }
 
-/// What a model response's tool calls became, before it is checkpointed.
-pub(super) struct Plan {
-    calls: Vec<PlannedCall>,
-    relays: Vec<PendingRelay>,
-    rules: PermissionRules,
-    events: Vec<EventKind>,
-}
-
-impl Plan {
-    pub fn apply(&self, doc: &mut crate::sessions::SessionDoc) {
-        doc.turn_state.calls = self.calls.clone();
-        doc.options.rules = self.rules.clone();
-        if !self.relays.is_empty() {
-            doc.pending_relays = self.relays.clone();
-            doc.status = Status::AwaitingRelay;
-        }
-    }
-
-    /// Tells clients, after the checkpoint (so a fast relay answer finds it).
-    pub async fn announce(&self, handle: &RunHandle) -> Result<(), SessionError> {
-        if !self.events.is_empty() {
-            handle.append(&main_agent(), self.events.clone()).await?;
-        }
-        Ok(())
-    }
-}
-
-/// Decides every call of a model response.
+/// Decides every call of a model response (in order), and the request
+/// rules after the decisions (an `allowOnce` rule is used up by its call).
+/// Relays are indexed before the plan is committed, so a fast decision
+/// finds its session.
 pub(super) async fn plan(
     orchestrator: &Orchestrator,
     handle: &RunHandle,
     calls: &[ToolCall],
-) -> Result<Plan, SessionError> {
-    let options = &handle.doc().options;
-    let mut plan = Plan { calls: Vec::new(), relays: Vec::new(), rules: options.rules.clone(), events: Vec::new() };
+) -> Result<(Vec<CallDecision>, PermissionRules), SessionError> {
+    let options = handle.session().options();
+    let mut rules = options.rules.clone();
+    let mut decisions = Vec::with_capacity(calls.len());
     for call in calls {
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-        let announce = EventKind::ToolCall {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: arguments.clone(),
-        };
-        let (call_plan, result) = if let Some(tool) = options.frontend_tools.iter().find(|t| t.name == call.name) {
-            plan.events.push(announce);
+        let decision = if let Some(tool) = options.frontend_tools.iter().find(|t| t.name == call.name) {
             match tool.mode {
-                FrontendMode::Pause => (CallPlan::Client, None),
+                FrontendMode::Pause => CallDecision::Client,
                 FrontendMode::Noop => {
                     let response = tool.noop_response.clone().unwrap_or_else(|| "ok".into());
-                    (CallPlan::Noop { response: response.clone() }, Some(success(response)))
+                    CallDecision::Answer { outcome: ToolOutcome::Success(response), announce: true }
                 }
             }
         } else if call.name == subagent::TOOL_NAME {
-            plan.events.push(announce);
-            (CallPlan::Run, None)
+            CallDecision::Run
         } else if let Some(tool) = orchestrator.tools.get(&call.name) {
             let verdict = permissions::decide(
                 tool.permission,
                 &call.name,
                 &call.id,
                 &arguments,
-                &mut plan.rules,
+                &mut rules,
                 &options.session_allow,
             );
             match (verdict, options.approval) {
-                (Verdict::Allow, _) => {
-                    plan.events.push(announce);
-                    (CallPlan::Run, None)
+                (Verdict::Allow, _) => CallDecision::Run,
+                (Verdict::Deny(reason), _) => {
+                    CallDecision::Answer { outcome: ToolOutcome::Denied { reason }, announce: false }
                 }
-                (Verdict::Deny(reason), _) => (CallPlan::Deny { reason: reason.clone() }, Some(denied(&reason))),
-                (Verdict::Ask, ApprovalMode::Refuse) => {
-                    let reason = format!(
+                (Verdict::Ask, ApprovalMode::Refuse) => CallDecision::Answer {
+                    outcome: ToolOutcome::error(format!(
                         "the tool {} needs approval, and this client does not give approvals \
                          (enable_tool_approval is off)",
                         call.name
-                    );
-                    (CallPlan::Deny { reason: reason.clone() }, Some(error(reason)))
-                }
-                (Verdict::Ask, mode) => {
+                    )),
+                    announce: false,
+                },
+                (Verdict::Ask, _) => {
                     let relay_id = format!("relay_{}", uuid::Uuid::new_v4().simple());
-                    let session = handle.sessions();
-                    session.put_relay(&relay_id, handle.key()).await?;
-                    if mode == ApprovalMode::Relay {
-                        let pending = PendingRelay {
-                            relay_id: relay_id.clone(),
-                            tool_call_id: call.id.clone(),
-                            tool: call.name.clone(),
-                            params: arguments.clone(),
-                        };
-                        plan.events.push(EventKind::RelayRequested(pending.clone()));
-                        session.metrics().relay("requested");
-                        plan.relays.push(pending);
-                    }
-                    (CallPlan::Ask { relay_id }, None)
+                    handle.sessions().put_relay(&relay_id, handle.key()).await?;
+                    CallDecision::Ask { relay_id }
                 }
             }
         } else {
-            (CallPlan::Run, Some(error(format!("there is no tool named {:?}", call.name))))
+            let outcome = ToolOutcome::error(format!("there is no tool named {:?}", call.name));
+            CallDecision::Answer { outcome, announce: false }
         };
-        if let Some(result) = &result {
-            plan.events.push(result_event(call, result));
-        }
-        plan.calls.push(PlannedCall { call: call.clone(), plan: call_plan, result });
+        decisions.push(decision);
     }
-    Ok(plan)
+    Ok((decisions, rules))
 }
 
 /// Runs the tools phase until every call has a result, or the turn must
@@ -149,281 +89,151 @@ pub(super) async fn run(
     orchestrator: &Orchestrator,
     handle: &mut RunHandle,
     model: &ModelConfig,
-    restarted: bool,
 ) -> Result<Phase, SessionError> {
-    let mut announce_relays = restarted;
     let mut deadline = Instant::now() + orchestrator.config.agent.relay_timeout;
     loop {
-        apply_decisions(handle).await?;
-        if handle.cancelled().is_cancelled() {
-            return stopped_or_cancelled(handle).await.map(Phase::End);
-        }
         if let Some(end) = run_permitted(orchestrator, handle, model).await? {
             return Ok(Phase::End(end));
         }
-        let open: Vec<&PlannedCall> = handle.doc().turn_state.calls.iter().filter(|c| c.result.is_none()).collect();
-        let asks: Vec<PendingRelay> = open
-            .iter()
-            .filter_map(|c| match &c.plan {
-                CallPlan::Ask { relay_id } => Some(PendingRelay {
-                    relay_id: relay_id.clone(),
-                    tool_call_id: c.call.id.clone(),
-                    tool: c.call.name.clone(),
-                    params: serde_json::from_str(&c.call.arguments).unwrap_or(Value::Null),
-                }),
-                _ => None,
-            })
-            .collect();
-        let client: Vec<PendingCall> = open
-            .iter()
-            .filter(|c| c.plan == CallPlan::Client)
-            .map(|c| PendingCall {
-                tool_call_id: c.call.id.clone(),
-                tool: c.call.name.clone(),
-                arguments: serde_json::from_str(&c.call.arguments).unwrap_or(Value::Null),
-            })
-            .collect();
-        if asks.is_empty() && client.is_empty() {
+        let session = handle.session();
+        if session.calls_done() {
             return Ok(Phase::Done);
         }
-        if asks.is_empty() || handle.doc().options.approval == ApprovalMode::Pause {
-            return Ok(Phase::End(End::Paused { relays: asks, calls: client }));
+        if session.waits_for_client() {
+            return Ok(Phase::End(End::Paused));
         }
         // Live relays: wait for decisions written on any replica.
-        if announce_relays {
-            let events = asks.iter().cloned().map(EventKind::RelayRequested).collect();
-            handle.append(&main_agent(), events).await?;
-            announce_relays = false;
-        }
         let waiting = tracing::info_span!(
             "relay_wait",
             { attr::OTEL_NAME } = "relay_wait",
-            { attr::RELAYS } = asks.len() as i64,
+            { attr::RELAYS } = session.live_relays().len() as i64,
             { attr::GEN_AI_CONVERSATION_ID } = &*handle.key().id,
         );
-        match wait_for_decision(handle, deadline).instrument(waiting).await? {
+        match wait_for_decisions(handle, deadline).instrument(waiting).await? {
             Wait::Decided => {}
             Wait::TimedOut => {
-                for _ in &asks {
+                for _ in handle.session().live_relays() {
                     handle.sessions().metrics().relay("timed_out");
                 }
                 let reason = format!(
                     "no permission decision arrived within {} s",
                     orchestrator.config.agent.relay_timeout.as_secs()
                 );
-                deny_all(handle, &asks, &reason).await?;
+                handle.transition(|s| s.time_out_relays(&reason)).await?;
                 deadline = Instant::now() + orchestrator.config.agent.relay_timeout;
             }
-            Wait::Stop => return stopped_or_cancelled(handle).await.map(Phase::End),
+            Wait::Stop => return Ok(Phase::End(End::Stopped)),
         }
     }
 }
 
-/// Runs every permitted call without a result, in parallel, checkpointing
-/// each result as it arrives.
+/// Runs every permitted call without a result, in parallel, committing
+/// each result as it arrives. A drain lets the calls in flight finish (so
+/// they are not run again elsewhere) before the turn is handed off; any
+/// other stop leaves them.
 async fn run_permitted(
     orchestrator: &Orchestrator,
     handle: &mut RunHandle,
     model: &ModelConfig,
 ) -> Result<Option<End>, SessionError> {
-    let runnable: Vec<(usize, ToolCall)> = handle
-        .doc()
-        .turn_state
-        .calls
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.result.is_none() && c.plan == CallPlan::Run)
-        .map(|(i, c)| (i, c.call.clone()))
-        .collect();
+    let runnable = handle.session().runnable();
     if runnable.is_empty() {
         return Ok(None);
     }
     let context = orchestrator.exec_context(handle);
     let mut running: FuturesUnordered<_> = runnable
         .into_iter()
-        .map(|(index, call)| {
+        .map(|call| {
             let context = context.clone();
             async move {
                 let outcome = context.execute(&call, 0).await;
-                (index, call, outcome)
+                (call, outcome)
             }
         })
         .collect();
     let cancelled = handle.cancelled().clone();
     let limit = context::tool_result_limit(model);
+    let mut stopping = false;
     loop {
         let next = tokio::select! {
             next = running.next() => next,
-            () = cancelled.cancelled() => return stopped_or_cancelled(handle).await.map(Some),
+            () = cancelled.cancelled(), if !stopping => {
+                if handle.stop_reason() != Some(Stop::Drain) {
+                    return Ok(Some(End::Stopped));
+                }
+                stopping = true;
+                continue;
+            }
         };
-        let Some((index, call, outcome)) = next else { return Ok(None) };
-        let (output, cut) = context::truncate(&outcome.output, limit);
-        let truncation = cut.map(|(end_index, original_token_count)| Truncation {
-            tool_call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            start_index: 0,
-            end_index,
-            original_token_count,
-        });
-        let result = CallResult { status: outcome.status().into(), output };
-        handle
-            .checkpoint(|doc| {
-                if let Some(planned) = doc.turn_state.calls.get_mut(index) {
-                    planned.result = Some(result.clone());
-                }
-                doc.turn_state.truncations.extend(truncation.clone());
-            })
-            .await?;
-        handle.append(&main_agent(), vec![result_event(&call, &result)]).await?;
+        let Some((call, outcome)) = next else {
+            return Ok(stopping.then_some(End::Stopped));
+        };
+        let (outcome, truncation) = truncated(&call, outcome, limit);
+        handle.transition(|s| s.finish_tool(&call.id, outcome, truncation)).await?;
     }
 }
 
-/// Takes up decisions written for this turn's relays: approved calls become
-/// runnable, denied ones get a denial result, `always` adds a session rule.
-async fn apply_decisions(handle: &mut RunHandle) -> Result<(), SessionError> {
-    let doc = handle.doc();
-    let mut updates: Vec<(usize, CallPlan, Option<CallResult>)> = Vec::new();
-    let mut rules: Vec<ToolRule> = Vec::new();
-    let mut events = Vec::new();
-    let mut taken = Vec::new();
-    for (i, planned) in doc.turn_state.calls.iter().enumerate() {
-        let CallPlan::Ask { relay_id } = &planned.plan else { continue };
-        if planned.result.is_some() {
-            continue;
-        }
-        let Some(decision) = doc.decisions.iter().find(|d| d.relay_id == *relay_id) else { continue };
-        taken.push(relay_id.clone());
-        events.push(EventKind::RelayDecided {
-            relay_id: relay_id.clone(),
-            tool_call_id: planned.call.id.clone(),
-            approved: decision.approved,
-            always: decision.always,
-        });
-        let arguments: Value = serde_json::from_str(&planned.call.arguments).unwrap_or(Value::Null);
-        if decision.approved {
-            if decision.always {
-                rules.push(permissions::always_rule(&planned.call.name, &arguments));
-            }
-            events.push(EventKind::ToolCall {
-                tool_call_id: planned.call.id.clone(),
-                name: planned.call.name.clone(),
-                arguments,
-            });
-            updates.push((i, CallPlan::Run, None));
-        } else {
-            let reason = decision.reason.clone().unwrap_or_else(|| "the user denied this tool call".into());
-            let result = denied(&reason);
-            events.push(result_event(&planned.call, &result));
-            updates.push((i, CallPlan::Deny { reason }, Some(result)));
-        }
-    }
-    if taken.is_empty() {
-        return Ok(());
-    }
-    handle
-        .checkpoint(|doc| {
-            for (i, plan, result) in &updates {
-                if let Some(planned) = doc.turn_state.calls.get_mut(*i) {
-                    planned.plan = plan.clone();
-                    planned.result = result.clone();
-                }
-            }
-            doc.decisions.retain(|d| !taken.contains(&d.relay_id));
-            doc.pending_relays.retain(|r| !taken.contains(&r.relay_id));
-            doc.options.session_allow.extend(rules.iter().cloned());
-            if doc.pending_relays.is_empty() && doc.status == Status::AwaitingRelay {
-                doc.status = Status::Running;
-            }
-        })
-        .await?;
-    handle.append(&main_agent(), events).await?;
-    Ok(())
-}
-
-async fn deny_all(handle: &mut RunHandle, asks: &[PendingRelay], reason: &str) -> Result<(), SessionError> {
-    let ids: Vec<&str> = asks.iter().map(|a| a.tool_call_id.as_str()).collect();
-    let result = denied(reason);
-    let events: Vec<EventKind> = handle
-        .doc()
-        .turn_state
-        .calls
-        .iter()
-        .filter(|c| ids.contains(&c.call.id.as_str()))
-        .map(|c| result_event(&c.call, &result))
-        .collect();
-    handle
-        .checkpoint(|doc| {
-            for planned in doc.turn_state.calls.iter_mut().filter(|c| ids.contains(&c.call.id.as_str())) {
-                planned.plan = CallPlan::Deny { reason: reason.to_string() };
-                planned.result = Some(result.clone());
-            }
-            doc.pending_relays.retain(|r| !ids.contains(&r.tool_call_id.as_str()));
-            if doc.status == Status::AwaitingRelay {
-                doc.status = Status::Running;
-            }
-        })
-        .await?;
-    handle.append(&main_agent(), events).await?;
-    Ok(())
+/// The outcome cut to fit the context window, and how it was cut.
+fn truncated(call: &ToolCall, outcome: ToolOutcome, limit: u64) -> (ToolOutcome, Option<Truncation>) {
+    let text = match &outcome {
+        ToolOutcome::Success(text) | ToolOutcome::Error(text) => text,
+        ToolOutcome::Denied { .. } => return (outcome, None),
+    };
+    let (kept, cut) = context::truncate(text, limit);
+    let Some((end_index, original_token_count)) = cut else { return (outcome, None) };
+    let truncation = Truncation {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        start_index: 0,
+        end_index,
+        original_token_count,
+    };
+    let outcome = match outcome {
+        ToolOutcome::Success(_) => ToolOutcome::Success(kept),
+        _ => ToolOutcome::Error(kept),
+    };
+    (outcome, Some(truncation))
 }
 
 enum Wait {
     Decided,
     TimedOut,
-    /// Cancelled, shut down, or the lease was lost.
+    /// Cancelled, draining, shut down, or taken over elsewhere.
     Stop,
 }
 
-/// Waits until a decision for one of the turn's relays is in the state.
-/// Wakes on: a wake-up for this session, the periodic re-read, the deadline,
-/// or the turn's cancellation.
-async fn wait_for_decision(handle: &mut RunHandle, deadline: Instant) -> Result<Wait, SessionError> {
+/// Takes up the decisions other replicas recorded for this turn's relays,
+/// waiting for them when there are none. Wakes on: a wake-up for this
+/// session (a decision, a cancel, a takeover: each heard on the replica's
+/// subscription), the deadline, or the turn's cancellation.
+async fn wait_for_decisions(handle: &mut RunHandle, deadline: Instant) -> Result<Wait, SessionError> {
     let wake = handle.wake();
     let cancelled = handle.cancelled().clone();
     loop {
+        // Enabled before the read, so a decision recorded after it still wakes us.
         let notified = wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let doc = handle.reload().await?;
-        if doc.cancel_requested {
+        let inbox = handle.inbox().await?;
+        if cancelled.is_cancelled() {
             return Ok(Wait::Stop);
         }
-        let decided = doc.turn_state.calls.iter().any(|c| match &c.plan {
-            CallPlan::Ask { relay_id } => c.result.is_none() && doc.decisions.iter().any(|d| d.relay_id == *relay_id),
-            _ => false,
-        });
-        if decided {
+        let live = handle.session().live_relays();
+        let decisions: Vec<_> = inbox.decisions.into_iter().filter(|(relay, _)| live.contains(relay)).collect();
+        if !decisions.is_empty() {
+            for (relay_id, decision) in decisions {
+                handle.apply(|s| s.decide_relay(&relay_id, &decision))?;
+            }
+            handle.commit().await?;
             return Ok(Wait::Decided);
         }
         if Instant::now() >= deadline {
             return Ok(Wait::TimedOut);
         }
-        let poll = (Instant::now() + RELAY_POLL).min(deadline);
         tokio::select! {
             () = &mut notified => {}
-            () = tokio::time::sleep_until(poll) => {}
+            () = tokio::time::sleep_until(deadline) => {}
             () = cancelled.cancelled() => return Ok(Wait::Stop),
         }
-    }
-}
-
-fn success(output: String) -> CallResult {
-    CallResult { status: "success".into(), output }
-}
-
-fn error(output: String) -> CallResult {
-    CallResult { status: "error".into(), output }
-}
-
-fn denied(reason: &str) -> CallResult {
-    CallResult { status: "denied".into(), output: format!("Permission denied: {reason}") }
-}
-
-pub(super) fn result_event(call: &ToolCall, result: &CallResult) -> EventKind {
-    EventKind::ToolResult {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        status: result.status.clone(),
-        output: Value::String(result.output.clone()),
     }
 }

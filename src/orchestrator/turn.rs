@@ -1,29 +1,28 @@
-//! One turn of the agent loop, from its last checkpoint to its end:
+//! One turn of the agent loop, from its last commit to its end:
 //!
 //! ```text
 //! loop:
-//!   tool calls pending?  → tools phase (run, relay, pause); fold results into the history
+//!   tool calls open?     → tools phase (run, relay, pause)
 //!   iteration limit?     → end: max_iterations
-//!   model step           → stream, emit, plan the tool calls it asked for; checkpoint
-//!   no tool calls?       → end: final
+//!   model step           → stream, then one commit: the answer, its events, the plan of its tool calls
+//!   no tool calls?       → end: final (in the same commit)
 //! ```
 //!
-//! Checkpoints follow every model response and every tool result, so a
-//! replica that takes the session over starts again here without re-running
-//! finished tools; a model step cut short is generated again, after a
-//! `step_restarted` event.
+//! Every transition is committed with the events it implies, so a replica
+//! that takes the session over starts again here without re-running
+//! finished tools; a model step cut short is generated again after a
+//! `step_restarted` event, or continued from its durable text.
 
 use super::{
     Orchestrator, context,
-    step::{self, StepError},
+    model_call::{self, Output, StepError},
     tools_phase::{self, Phase},
 };
 use crate::{
     config::ModelConfig,
-    protocol::{EventKind, PendingCall, PendingRelay, TurnEndReason},
-    providers::{ChatMessage, ModelProvider, ModelRequest, ProviderError, Role},
-    sessions::{RunHandle, SessionError, main_agent},
-    store::TokenWindow,
+    domain::{FailureCode, TurnEndReason},
+    providers::{ModelProvider, ModelRequest, ProviderError},
+    sessions::{RunHandle, SessionError, Stop, main_agent},
 };
 
 /// `Retry-After` for a provider's rate limit that did not say how long.
@@ -32,23 +31,20 @@ const PROVIDER_RETRY_AFTER_SECS: u64 = 10;
 /// How a turn stops.
 pub(super) enum End {
     Finished(TurnEndReason),
-    Paused {
-        relays: Vec<PendingRelay>,
-        calls: Vec<PendingCall>,
-    },
+    Paused,
     Failed {
-        code: &'static str,
+        code: FailureCode,
         message: String,
         /// For a rate limit: when a retry may pass.
         retry_after_secs: Option<u64>,
     },
-    /// Lease lost or shutting down: write nothing; whoever holds the
-    /// session next carries it on.
+    /// The turn's token was cancelled: [`RunHandle::stop_reason`] says why
+    /// (cancel it, hand it off, or leave it to whoever runs it next).
     Stopped,
 }
 
 impl End {
-    fn failed(code: &'static str, message: impl Into<String>) -> Self {
+    fn failed(code: FailureCode, message: impl Into<String>) -> Self {
         Self::Failed { code, message: message.into(), retry_after_secs: None }
     }
 }
@@ -57,7 +53,7 @@ impl End {
 /// one at its end (ids, outcome and counts: never message text; the span
 /// around the task carries the session, tenant and trace ids).
 pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
-    tracing::info!(model = %handle.doc().model, "turn started");
+    tracing::info!(model = %handle.session().model(), "turn started");
     let end = match drive(orchestrator, &mut handle).await {
         Ok(end) => end,
         Err(e) => {
@@ -66,24 +62,30 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
         }
     };
     let key = handle.key().id.clone();
-    let state = &handle.doc().turn_state;
-    let (iterations, usage) = (state.iterations, state.usage);
+    let (iterations, usage) = (handle.session().iterations(), handle.session().turn_usage());
     let (input_tokens, output_tokens) = (usage.input_tokens, usage.output_tokens);
-    match &end {
-        End::Finished(reason) => {
-            tracing::info!(outcome = ?reason, iterations, input_tokens, output_tokens, "turn ended")
-        }
-        End::Paused { relays, calls } => {
-            tracing::info!(outcome = "paused", relays = relays.len(), calls = calls.len(), "turn paused")
-        }
-        End::Failed { code, .. } => tracing::info!(outcome = "failed", code = *code, iterations, "turn ended"),
-        End::Stopped => tracing::info!(outcome = "stopped", "turn left to the next lease holder"),
-    }
     let result = match end {
-        End::Finished(reason) => handle.finish(reason, iterations, usage).await,
-        End::Paused { relays, calls } => handle.pause(relays, calls).await,
-        End::Failed { code, message, retry_after_secs } => handle.fail(code, &message, retry_after_secs).await,
-        End::Stopped => Ok(()),
+        End::Finished(reason) => {
+            tracing::info!(outcome = ?reason, iterations, input_tokens, output_tokens, "turn ended");
+            handle.end(|s| s.end(reason)).await
+        }
+        End::Paused => {
+            let (relays, calls) = (handle.session().pending_relays().len(), handle.session().pending_calls().len());
+            tracing::info!(outcome = "paused", relays, calls, "turn paused");
+            handle.end(|s| s.pause()).await
+        }
+        End::Failed { code, message, retry_after_secs } => {
+            tracing::info!(outcome = "failed", code = code.as_str(), iterations, "turn ended");
+            handle.end(|s| s.fail(code, &message, retry_after_secs)).await
+        }
+        End::Stopped => {
+            match handle.stop_reason() {
+                Some(Stop::Cancel) => tracing::info!(outcome = "cancelled", iterations, "turn ended"),
+                Some(Stop::Drain) => tracing::info!(outcome = "handed_off", "turn handed to another replica"),
+                reason => tracing::info!(outcome = "stopped", ?reason, "turn left to whoever runs the session next"),
+            }
+            handle.stop().await
+        }
     };
     if let Err(e) = result {
         tracing::warn!(session = %key, error = %e, "could not record the end of the turn");
@@ -91,128 +93,89 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
 }
 
 async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<End, SessionError> {
-    let (alias, tenant) = (handle.doc().model.clone(), handle.doc().tenant.clone());
+    let (alias, tenant) = (handle.session().model().to_string(), handle.session().tenant().to_string());
     let (Some(model), Some(provider)) =
         (orchestrator.config.models.get(&alias), orchestrator.providers.get(&tenant, &alias))
     else {
-        return Ok(End::failed("unknown_model", format!("the model {alias:?} is not configured")));
+        return Ok(End::failed(FailureCode::UnknownModel, format!("the model {alias:?} is not configured")));
     };
-    let max_iterations = handle.doc().options.max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
-    let mut restarted = handle.taken_over_from().is_some();
+    let max_iterations =
+        handle.session().options().max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
     loop {
-        if handle.doc().cancel_requested {
-            return Ok(End::Finished(TurnEndReason::Cancelled));
-        }
         if handle.cancelled().is_cancelled() {
-            return stopped_or_cancelled(handle).await;
+            return Ok(End::Stopped);
         }
-        if !handle.doc().turn_state.calls.is_empty() {
-            match tools_phase::run(orchestrator, handle, model, restarted).await? {
+        if !handle.session().calls_done() {
+            match tools_phase::run(orchestrator, handle, model).await? {
                 Phase::Done => {}
                 Phase::End(end) => return Ok(end),
             }
-            restarted = false;
-            handle
-                .checkpoint(|doc| {
-                    for planned in std::mem::take(&mut doc.turn_state.calls) {
-                        let output = planned.result.map(|r| r.output).unwrap_or_default();
-                        doc.messages.push(ChatMessage::tool_result(planned.call.id, output));
-                    }
-                })
-                .await?;
         }
-        if handle.doc().turn_state.iterations >= max_iterations {
+        if handle.session().iterations() >= max_iterations {
             return Ok(End::Finished(TurnEndReason::MaxIterations));
-        }
-        if restarted {
-            let step = handle.doc().turn_state.iterations + 1;
-            let replica = handle.sessions().replica().to_string();
-            handle.append(&main_agent(), vec![EventKind::StepRestarted { step, replica }]).await?;
-            restarted = false;
         }
         if let Some(end) = fit_context(orchestrator, handle, model, provider.as_ref()).await? {
             return Ok(end);
         }
-        let request = request(orchestrator, handle, model);
-        let reserved = match reserve_tokens(orchestrator, handle, &request).await {
-            Ok(reserved) => reserved,
-            Err(end) => return Ok(end),
+        let mut request = request(orchestrator, handle, model);
+        request.prefill = handle.take_continuation();
+        let emitter = handle.emitter();
+        let agent = main_agent();
+        let result = {
+            let call = orchestrator.model_call(handle, model, provider.as_ref());
+            model_call::call(&call, request, Output::Events { emitter: &emitter, agent: &agent }, handle.cancelled())
+                .await
         };
-        let (session_id, tenant) = (handle.key().id.clone(), handle.key().tenant.clone());
-        let model_call = step::ModelCall {
-            provider: provider.as_ref(),
-            model,
-            tenant: &tenant,
-            session_id: &session_id,
-            metrics: handle.sessions().metrics(),
-            upstream: handle.upstream_time(),
-        };
-        let result =
-            step::run(&model_call, request, &handle.emitter(), &handle.cancelled().clone(), &main_agent()).await;
-        if let Some(reservation) = reserved {
-            // A call that failed reports no usage: its reservation is given back.
-            let used = result.as_ref().map_or(0, |o| o.usage.input_tokens + o.usage.output_tokens);
-            reservation.settle(handle, used).await;
-        }
         let output = match result {
             Ok(output) => output,
-            Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await,
-            Err(StepError::Session(e)) => return Err(e),
-            Err(StepError::Provider(e)) => return Ok(provider_failure(&e)),
+            Err(e) => return step_failure(e),
         };
-        let mut total = handle.doc().turn_state.usage;
-        total.add(&output.usage);
-        // Durable, and so is every delta emitted before it.
-        handle.append(&main_agent(), vec![EventKind::Usage { usage: output.usage, total }]).await?;
-        let plan = tools_phase::plan(orchestrator, handle, &output.calls).await?;
-        let assistant = ChatMessage {
-            tool_calls: output.calls.clone(),
-            content: (!output.text.is_empty()).then(|| output.text.clone()),
-            ..ChatMessage::text(Role::Assistant, "")
-        };
-        handle
-            .checkpoint(|doc| {
-                doc.messages.push(assistant.clone());
-                doc.turn_state.iterations += 1;
-                doc.turn_state.usage.add(&output.usage);
-                doc.usage.add(&output.usage);
-                plan.apply(doc);
-            })
-            .await?;
-        plan.announce(handle).await?;
-        if output.calls.is_empty() {
+        let (decisions, rules) = tools_phase::plan(orchestrator, handle, &output.calls).await?;
+        let done = output.calls.is_empty();
+        handle.apply(|s| s.complete_step(output, decisions, rules))?;
+        if done {
+            // Committed with the turn's end, in one commit.
             return Ok(End::Finished(TurnEndReason::Final));
         }
+        handle.commit().await?;
     }
 }
 
-/// The turn's token was cancelled: by a cancel request (end the turn as
-/// cancelled) or by shutdown / a lost lease (stop, write nothing).
-pub(super) async fn stopped_or_cancelled(handle: &mut RunHandle) -> Result<End, SessionError> {
-    match handle.reload().await {
-        Ok(doc) if doc.cancel_requested => Ok(End::Finished(TurnEndReason::Cancelled)),
-        _ => Ok(End::Stopped),
-    }
+/// The end of a turn whose model call failed.
+pub(super) fn step_failure(error: StepError) -> Result<End, SessionError> {
+    Ok(match error {
+        StepError::Cancelled => End::Stopped,
+        StepError::Session(e) => return Err(e),
+        StepError::Provider(e) => provider_failure(&e),
+        StepError::OverBudget { retry_after_secs, .. } => End::Failed {
+            code: FailureCode::RateLimited,
+            message: error.to_string(),
+            retry_after_secs: Some(retry_after_secs),
+        },
+        StepError::BudgetUnchecked => End::failed(FailureCode::StoreUnavailable, error.to_string()),
+    })
 }
 
 fn provider_failure(error: &ProviderError) -> End {
     let (code, message) = match error {
         ProviderError::RateLimited { retry_after } => {
             return End::Failed {
-                code: "rate_limited",
+                code: FailureCode::RateLimited,
                 message: "the model provider is rate limiting requests".to_string(),
                 retry_after_secs: Some(retry_after.unwrap_or(PROVIDER_RETRY_AFTER_SECS)),
             };
         }
         ProviderError::Http { status, message, .. } => {
-            ("upstream_error", format!("the model provider answered HTTP {status}: {message}"))
+            (FailureCode::UpstreamError, format!("the model provider answered HTTP {status}: {message}"))
         }
-        ProviderError::Timeout(what) => ("upstream_timeout", format!("the model provider timed out ({what})")),
+        ProviderError::Timeout(what) => {
+            (FailureCode::UpstreamTimeout, format!("the model provider timed out ({what})"))
+        }
         ProviderError::Disconnected(_) => {
-            ("upstream_disconnected", "the connection to the model provider was lost mid-answer".to_string())
+            (FailureCode::UpstreamDisconnected, "the connection to the model provider was lost mid-answer".to_string())
         }
         ProviderError::Protocol(detail) => {
-            ("upstream_error", format!("the model provider's answer was unusable: {detail}"))
+            (FailureCode::UpstreamError, format!("the model provider's answer was unusable: {detail}"))
         }
     };
     End::failed(code, message)
@@ -220,13 +183,14 @@ fn provider_failure(error: &ProviderError) -> End {
 
 /// The model request for the next step: system prompt, history, tools.
 fn request(orchestrator: &Orchestrator, handle: &RunHandle, model: &ModelConfig) -> ModelRequest {
-    let doc = handle.doc();
+    let session = handle.session();
     ModelRequest {
         model: model.model.clone(),
-        messages: orchestrator.messages_with_system(doc),
-        tools: orchestrator.tool_specs(&doc.options),
+        messages: orchestrator.messages_with_system(session),
+        tools: orchestrator.tool_specs(session.options()),
         max_output_tokens: model.max_output_tokens,
-        response_format: doc.options.response_format.clone(),
+        response_format: session.options().response_format.clone(),
+        prefill: None,
     }
 }
 
@@ -238,28 +202,26 @@ async fn fit_context(
     model: &ModelConfig,
     provider: &dyn ModelProvider,
 ) -> Result<Option<End>, SessionError> {
-    let messages = orchestrator.messages_with_system(handle.doc());
+    let messages = orchestrator.messages_with_system(handle.session());
     let before = context::estimate(&messages);
     if !context::needs_compaction(before, model) {
         return Ok(None);
     }
-    let agent = main_agent();
-    handle.append(&agent, vec![EventKind::CompactionStarted { tokens: before, messages: messages.len() }]).await?;
-    let summary = match super::compaction::summarize(provider, model, &messages, handle.cancelled()).await {
-        Ok(summary) => summary,
-        Err(StepError::Cancelled) => return stopped_or_cancelled(handle).await.map(Some),
-        Err(StepError::Provider(e)) => return Ok(Some(provider_failure(&e))),
-        Err(StepError::Session(e)) => return Err(e),
+    handle.transition(|s| s.begin_compaction(before)).await?;
+    let result = {
+        let call = orchestrator.model_call(handle, model, provider);
+        super::compaction::summarize(&call, model, &messages, handle.cancelled()).await
     };
-    let compacted = super::compaction::compacted(&handle.doc().messages, &summary);
-    handle.checkpoint(|doc| doc.messages = compacted.clone()).await?;
-    let after = context::estimate(&orchestrator.messages_with_system(handle.doc()));
-    handle
-        .append(&agent, vec![EventKind::CompactionDone { tokens_before: before, tokens_after: after, summary }])
-        .await?;
+    let summary = match result {
+        Ok(summary) => summary,
+        Err(e) => return step_failure(e).map(Some),
+    };
+    let compacted = super::compaction::compacted(handle.session().history().unwrap_or_default(), &summary);
+    let after = context::estimate(&orchestrator.messages_with_system_of(handle.session(), &compacted));
+    handle.transition(|s| s.compacted(compacted, summary, before, after)).await?;
     if context::needs_compaction(after, model) {
         return Ok(Some(End::failed(
-            "context_overflow",
+            FailureCode::ContextOverflow,
             format!(
                 "the conversation needs about {after} tokens and does not fit in the model's context window ({}) \
                  even after compaction",
@@ -268,54 +230,4 @@ async fn fit_context(
         )));
     }
     Ok(None)
-}
-
-/// Tokens of a model call reserved in the tenant's per-minute budget.
-struct Reservation {
-    tenant: String,
-    window: TokenWindow,
-    estimate: u64,
-}
-
-impl Reservation {
-    /// Corrects the reservation to what the call used.
-    async fn settle(self, handle: &RunHandle, used: u64) {
-        let delta = used as i64 - self.estimate as i64;
-        if let Err(e) = handle.sessions().token_budget().correct_tokens(&self.tenant, self.window, delta).await {
-            tracing::warn!(tenant = %self.tenant, error = %e, "cannot correct the token count");
-        }
-    }
-}
-
-/// Reserves the estimated tokens of a model call (prompt plus the output it
-/// may write) in the tenant's per-minute budget, when it has one. `Err(end)`
-/// when the budget is spent (or cannot be checked and limits fail closed).
-async fn reserve_tokens(
-    orchestrator: &Orchestrator,
-    handle: &RunHandle,
-    request: &ModelRequest,
-) -> Result<Option<Reservation>, End> {
-    let tenant = handle.doc().tenant.clone();
-    let limit = orchestrator.config.tenants.get(&tenant).and_then(|t| t.rate_limit).and_then(|l| l.tokens_per_minute);
-    let Some(limit) = limit else { return Ok(None) };
-    let estimate = context::estimate(&request.messages) + u64::from(request.max_output_tokens);
-    match handle.sessions().token_budget().reserve_tokens(&tenant, estimate, limit).await {
-        Ok(Some(window)) => Ok(Some(Reservation { tenant, window, estimate })),
-        Ok(None) => {
-            handle.sessions().metrics().rate_limit(&tenant, "limited_tokens");
-            let retry_after = TokenWindow::seconds_left();
-            Err(End::Failed {
-                code: "rate_limited",
-                message: format!(
-                    "the tenant's budget of {limit} model tokens per minute is spent; retry in {retry_after} s"
-                ),
-                retry_after_secs: Some(retry_after),
-            })
-        }
-        Err(e) if orchestrator.config.on_store_error == crate::config::StoreFailure::FailOpen => {
-            tracing::warn!(tenant = %tenant, error = %e, "token budget unchecked (fail open)");
-            Ok(None)
-        }
-        Err(_) => Err(End::failed("store_unavailable", "the token budget cannot be checked")),
-    }
 }

@@ -33,7 +33,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
-use crate::providers::Usage;
+use crate::domain::Usage;
 
 #[derive(Default)]
 pub struct AgUiEncoder {
@@ -274,14 +274,16 @@ impl Encoder for AgUiEncoder {
             self.translate(event, &mut out);
         }
         let id = event.seq.to_string();
-        out.into_iter().map(|data| Frame { id: Some(id.clone()), event: None, data: data.to_string() }).collect()
+        out.into_iter()
+            .map(|data| Frame { id: Some(id.clone()), event: None, data: data.to_string(), retry: None })
+            .collect()
     }
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
         if std::mem::replace(&mut self.over, true) {
             return Vec::new();
         }
-        let now = super::events::now_ms();
+        let now = crate::domain::now_ms();
         vec![Frame::data(self.event(now, "RUN_ERROR", json!({"message": message, "code": code})).to_string())]
     }
 }

@@ -34,7 +34,7 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use super::{Encoder, EventKind, Frame, LogEvent, PendingRelay, TurnEndReason};
-use crate::providers::Usage;
+use crate::domain::{ToolStatus, Usage};
 
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
@@ -188,10 +188,10 @@ impl AiSdkEncoder {
                 if !self.holds(tool_call_id) {
                     self.make_available(tool_call_id, name, json!({}), out);
                 }
-                out.push(match status.as_str() {
-                    "success" => json!({"type": "tool-output-available", "toolCallId": tool_call_id,
+                out.push(match status {
+                    ToolStatus::Success => json!({"type": "tool-output-available", "toolCallId": tool_call_id,
                                         "output": parsed(output)}),
-                    "denied" if self.asked.contains(tool_call_id) => {
+                    ToolStatus::Denied if self.asked.contains(tool_call_id) => {
                         json!({"type": "tool-output-denied", "toolCallId": tool_call_id})
                     }
                     _ => json!({"type": "tool-output-error", "toolCallId": tool_call_id, "errorText": text_of(output)}),
@@ -268,7 +268,10 @@ impl Encoder for AiSdkEncoder {
             self.translate(event, &mut chunks);
         }
         let id = event.seq.to_string();
-        chunks.into_iter().map(|chunk| Frame { id: Some(id.clone()), event: None, data: chunk.to_string() }).collect()
+        chunks
+            .into_iter()
+            .map(|chunk| Frame { id: Some(id.clone()), event: None, data: chunk.to_string(), retry: None })
+            .collect()
     }
 
     fn failure(&mut self, _code: &str, message: &str) -> Vec<Frame> {

@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use super::{Encoder, EventKind, Frame, Limits, LogEvent, ModelLimits, TurnEndReason};
-use crate::{providers::Usage, sessions::SessionDoc};
+use crate::domain::{Session, Usage};
 
 /// Cosmo's limit on a `tool_result` preview, in characters.
 const PREVIEW_CHARS: usize = 200;
@@ -74,7 +74,7 @@ impl CosmoEncoder {
         if let (Value::Object(data), Value::Object(fields)) = (&mut data, fields) {
             data.extend(fields);
         }
-        Frame { id: seq.map(|s| s.to_string()), event: None, data: data.to_string() }
+        Frame { id: seq.map(|s| s.to_string()), event: None, data: data.to_string(), retry: None }
     }
 
     fn tool_call(&mut self, seq: u64, id: &str, name: &str, arguments: Value) -> Frame {
@@ -83,12 +83,12 @@ impl CosmoEncoder {
         self.frame(Some(seq), "tool_call", json!({"toolName": name, "toolCallId": id, "toolArgs": arguments}))
     }
 
-    fn context_usage(&self, doc: &SessionDoc) -> Option<Value> {
-        let Limits { max_tokens, .. } = self.models.get(&doc.model)?;
+    fn context_usage(&self, session: &Session) -> Option<Value> {
+        let Limits { max_tokens, .. } = self.models.get(session.model())?;
         let used = match self.last_call {
             Some(usage) => usage.input_tokens + usage.output_tokens,
             // A stream that joined after the last model call.
-            None => crate::orchestrator::context::estimate(&doc.messages),
+            None => crate::orchestrator::context::estimate(session.history().unwrap_or_default()),
         };
         let percentage = (used as f64 / f64::from(max_tokens.max(1)) * 10_000.0).round() / 100.0;
         Some(json!({"usedTokens": used, "maxTokens": max_tokens, "percentage": percentage}))
@@ -203,13 +203,13 @@ impl Encoder for CosmoEncoder {
         matches!(self.ending, Some(Ending::Done { .. }))
     }
 
-    fn finish(&mut self, doc: &SessionDoc) -> Vec<Frame> {
+    fn finish(&mut self, session: &Session) -> Vec<Frame> {
         let Some(Ending::Done { stop_reason }) = self.ending.take() else { return Vec::new() };
         if self.session_id.is_empty() {
-            self.session_id = doc.id.clone();
+            self.session_id = session.id().to_string();
         }
         let mut fields = json!({});
-        if let Some(usage) = self.context_usage(doc) {
+        if let Some(usage) = self.context_usage(session) {
             fields["contextUsage"] = usage;
         }
         if let Some(reason) = stop_reason {

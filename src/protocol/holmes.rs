@@ -31,9 +31,8 @@ use serde_json::{Map, Value, json};
 
 use super::{Encoder, EventKind, Frame, Limits, LogEvent, ModelLimits, PendingCall, PendingRelay, TurnEndReason};
 use crate::{
+    domain::{ChatMessage, FailureCode, Role, Session, ToolStatus, Usage},
     orchestrator::context::estimate_text,
-    providers::{ChatMessage, Role, Usage},
-    sessions::SessionDoc,
 };
 
 /// Holmes' error code for a rate limit; everything else is 1.
@@ -96,7 +95,12 @@ impl HolmesEncoder {
     }
 
     fn frame(&self, name: &str, data: Value) -> Frame {
-        Frame { id: Some(self.last_seq.to_string()), event: Some(name.to_string()), data: data.to_string() }
+        Frame {
+            id: Some(self.last_seq.to_string()),
+            event: Some(name.to_string()),
+            data: data.to_string(),
+            retry: None,
+        }
     }
 
     fn params_of(&self, tool_call_id: &str) -> Value {
@@ -136,15 +140,15 @@ impl HolmesEncoder {
         self.release_token_count(out);
     }
 
-    fn tool_result(&self, tool_call_id: &str, name: &str, status: &str, output: &Value) -> Frame {
+    fn tool_result(&self, tool_call_id: &str, name: &str, status: ToolStatus, output: &Value) -> Frame {
         let params = self.params_of(tool_call_id);
         let text = match output {
             Value::String(s) => Value::String(s.clone()),
             other => other.clone(),
         };
         let (status, data, error) = match status {
-            "success" => ("success", text, Value::Null),
-            _ => ("error", Value::Null, text),
+            ToolStatus::Success => ("success", text, Value::Null),
+            ToolStatus::Error | ToolStatus::Denied => ("error", Value::Null, text),
         };
         let data = json!({
             "tool_call_id": tool_call_id,
@@ -157,7 +161,7 @@ impl HolmesEncoder {
     }
 
     fn error_frame(&self, code: &str, message: &str, retry_after_secs: Option<u64>) -> Frame {
-        let error_code = if code == "rate_limited" { RATE_LIMIT_CODE } else { 1 };
+        let error_code = if code == FailureCode::RateLimited.as_str() { RATE_LIMIT_CODE } else { 1 };
         // `code` and `retry_after` are ours (Holmes clients ignore them);
         // they keep the cause machine-readable for the non-stream answer.
         let mut data =
@@ -206,7 +210,7 @@ impl Encoder for HolmesEncoder {
             }
             EventKind::ToolResult { tool_call_id, name, status, output } => {
                 self.release_step(&mut out);
-                out.push(self.tool_result(tool_call_id, name, status, output));
+                out.push(self.tool_result(tool_call_id, name, *status, output));
             }
             EventKind::Paused { pending_relays, pending_calls } => {
                 self.release_step(&mut out);
@@ -236,7 +240,7 @@ impl Encoder for HolmesEncoder {
             }
             EventKind::Error { code, message, retry_after_secs } => {
                 self.release_all(&mut out);
-                out.push(self.error_frame(code, message, *retry_after_secs));
+                out.push(self.error_frame(code.as_str(), message, *retry_after_secs));
             }
             EventKind::CompactionStarted { tokens, messages } => {
                 self.release_all(&mut out);
@@ -297,20 +301,21 @@ impl Encoder for HolmesEncoder {
         true
     }
 
-    fn finish(&mut self, doc: &SessionDoc) -> Vec<Frame> {
+    fn finish(&mut self, session: &Session) -> Vec<Frame> {
         let Some(ending) = self.ending.take() else { return Vec::new() };
-        self.learn_model(&doc.model);
-        let history = render_history(&doc.messages);
-        let metadata = self.final_metadata(doc);
+        self.learn_model(session.model());
+        let messages = session.history().unwrap_or_default();
+        let history = render_history(messages);
+        let metadata = self.final_metadata(session);
         let (name, data) = match ending {
             Ending::Answered => {
-                let analysis = self.analysis.clone().or_else(|| last_answer(&doc.messages)).unwrap_or_default();
+                let analysis = self.analysis.clone().or_else(|| last_answer(messages)).unwrap_or_default();
                 let data = json!({
                     "analysis": analysis,
                     "conversation_history": history,
                     "follow_up_actions": [],
                     "metadata": metadata,
-                    "session_id": doc.id,
+                    "session_id": session.id(),
                 });
                 ("ai_answer_end", data)
             }
@@ -336,7 +341,7 @@ impl Encoder for HolmesEncoder {
                     "pending_approvals": approvals,
                     "pending_frontend_tool_calls": frontend,
                     "metadata": metadata,
-                    "session_id": doc.id,
+                    "session_id": session.id(),
                 });
                 ("approval_required", data)
             }
@@ -348,10 +353,11 @@ impl Encoder for HolmesEncoder {
 impl HolmesEncoder {
     /// `metadata` at the end of the stream: the turn's usage, the stored
     /// conversation's token breakdown and this turn's truncations.
-    fn final_metadata(&self, doc: &SessionDoc) -> Value {
-        let mut metadata = metadata(&doc.turn_state.usage, token_breakdown(&doc.messages), self.limits);
-        if !doc.turn_state.truncations.is_empty() {
-            metadata["truncations"] = serde_json::to_value(&doc.turn_state.truncations).unwrap_or(Value::Null);
+    fn final_metadata(&self, session: &Session) -> Value {
+        let messages = session.history().unwrap_or_default();
+        let mut metadata = metadata(&session.turn_usage(), token_breakdown(messages), self.limits);
+        if !session.truncations().is_empty() {
+            metadata["truncations"] = serde_json::to_value(session.truncations()).unwrap_or(Value::Null);
         }
         metadata
     }
@@ -452,7 +458,7 @@ pub fn render_history(messages: &[ChatMessage]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::events::{AgentRef, Event};
+    use crate::domain::{AgentRef, Event};
 
     fn event(seq: u64, kind: EventKind) -> LogEvent {
         let agent = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
@@ -483,7 +489,7 @@ mod tests {
         let denied = EventKind::ToolResult {
             tool_call_id: "c1".into(),
             name: "wipe".into(),
-            status: "denied".into(),
+            status: crate::domain::ToolStatus::Denied,
             output: json!("Permission denied: no"),
         };
         let frames = encoder.encode(&event(6, denied));
@@ -498,8 +504,11 @@ mod tests {
     #[test]
     fn a_rate_limit_is_error_code_5204() {
         let mut encoder = HolmesEncoder::default();
-        let error =
-            EventKind::Error { code: "rate_limited".into(), message: "slow down".into(), retry_after_secs: Some(7) };
+        let error = EventKind::Error {
+            code: crate::domain::FailureCode::RateLimited,
+            message: "slow down".into(),
+            retry_after_secs: Some(7),
+        };
         let data: Value = serde_json::from_str(&encoder.encode(&event(1, error))[0].data).unwrap();
         assert_eq!(
             data,

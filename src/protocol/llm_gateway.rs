@@ -32,7 +32,8 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use super::{AgentRef, Encoder, EventKind, Frame, LogEvent, TurnEndReason};
-use crate::providers::Usage;
+use crate::domain::ToolStatus;
+use crate::domain::Usage;
 
 /// The prefix the orchestrator puts before the reason of a denied call.
 const DENIED_PREFIX: &str = "Permission denied: ";
@@ -57,7 +58,12 @@ impl LlmGatewayEncoder {
     pub fn for_chat(session_id: &str, turn: u32, max_iterations: u32) -> Self {
         let connected = json!({"type": "connected", "sessionId": session_id});
         Self {
-            connected: Some(Frame { id: None, event: Some("connected".into()), data: connected.to_string() }),
+            connected: Some(Frame {
+                id: None,
+                event: Some("connected".into()),
+                data: connected.to_string(),
+                retry: None,
+            }),
             session_id: Some(session_id.to_string()),
             turn: Some(turn),
             max_iterations: Some(max_iterations),
@@ -107,7 +113,7 @@ impl LlmGatewayEncoder {
                 ("tool_call", json!({"id": tool_call_id, "name": name, "input": arguments}))
             }
             EventKind::ToolResult { tool_call_id, name, status, output } => {
-                ("tool_result", json!({"id": tool_call_id, "name": name, "output": result_output(status, output)}))
+                ("tool_result", json!({"id": tool_call_id, "name": name, "output": result_output(*status, output)}))
             }
             EventKind::RelayRequested(relay) => (
                 "relay",
@@ -160,10 +166,10 @@ impl Encoder for LlmGatewayEncoder {
         if agent.parent_id.is_some() && self.subagents.insert(agent.agent_id.clone()) {
             // No `id:`: a rejoin after it would skip the event it precedes.
             let data = self.data("harness_start", agent, self.harness_start(agent));
-            frames.push(Frame { id: None, event: Some("harness_start".into()), data });
+            frames.push(Frame::event("harness_start", data, None));
         }
         let data = self.data(name, agent, fields);
-        frames.push(Frame { id: Some(event.seq.to_string()), event: Some(name.into()), data });
+        frames.push(Frame::event(name, data, Some(event.seq.to_string())));
         frames
     }
 
@@ -171,7 +177,7 @@ impl Encoder for LlmGatewayEncoder {
         let mut frames: Vec<Frame> = self.connected.take().into_iter().collect();
         let main = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
         let data = self.data("error", &main, json!({"message": message, "code": code}));
-        frames.push(Frame { id: None, event: Some("error".into()), data });
+        frames.push(Frame::event("error", data, None));
         frames
     }
 }
@@ -200,16 +206,16 @@ fn usage_fields(usage: &Usage) -> Value {
 /// A tool result as llm-gateway shows it. A successful output that is a
 /// JSON object or array is sent parsed; any other text (even `42` or
 /// `true`) stays the string the tool returned.
-fn result_output(status: &str, output: &Value) -> Value {
+fn result_output(status: ToolStatus, output: &Value) -> Value {
     let text = output.as_str();
     match status {
-        "denied" => {
+        ToolStatus::Denied => {
             let reason =
                 text.map(|t| json!(t.strip_prefix(DENIED_PREFIX).unwrap_or(t))).unwrap_or_else(|| output.clone());
             json!({"status": "denied", "reason": reason})
         }
-        "error" => json!({"error": output}),
-        _ => match text.and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+        ToolStatus::Error => json!({"error": output}),
+        ToolStatus::Success => match text.and_then(|t| serde_json::from_str::<Value>(t).ok()) {
             Some(parsed @ (Value::Object(_) | Value::Array(_))) => parsed,
             _ => output.clone(),
         },
@@ -219,7 +225,7 @@ fn result_output(status: &str, output: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::events::Event;
+    use crate::domain::Event;
 
     fn event(seq: u64, kind: EventKind, agent: AgentRef) -> LogEvent {
         LogEvent { seq, session_id: "s1".into(), event: Event { kind, agent, ts: 1 } }
@@ -250,13 +256,13 @@ mod tests {
 
     #[test]
     fn tool_results_are_parsed_json_a_denial_or_an_error() {
-        let parsed = result_output("success", &json!(r#"{"a":1}"#));
+        let parsed = result_output(ToolStatus::Success, &json!(r#"{"a":1}"#));
         assert_eq!(parsed, json!({"a": 1}));
-        assert_eq!(result_output("success", &json!("42")), json!("42"));
-        assert_eq!(result_output("success", &json!("plain")), json!("plain"));
-        let denied = result_output("denied", &json!("Permission denied: not today"));
+        assert_eq!(result_output(ToolStatus::Success, &json!("42")), json!("42"));
+        assert_eq!(result_output(ToolStatus::Success, &json!("plain")), json!("plain"));
+        let denied = result_output(ToolStatus::Denied, &json!("Permission denied: not today"));
         assert_eq!(denied, json!({"status": "denied", "reason": "not today"}));
-        assert_eq!(result_output("error", &json!("HTTP 500")), json!({"error": "HTTP 500"}));
+        assert_eq!(result_output(ToolStatus::Error, &json!("HTTP 500")), json!({"error": "HTTP 500"}));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The canonical session event model, and one encoder per wire protocol.
+//! One encoder per wire protocol, over the domain's canonical events.
 //!
 //! An [`Encoder`] translates the canonical events of one HTTP stream into its
 //! dialect's frames. It lives as long as that stream and keeps only what the
@@ -9,7 +9,6 @@
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod cosmo;
-pub mod events;
 pub mod holmes;
 pub mod llm_gateway;
 pub mod native;
@@ -22,9 +21,8 @@ use std::{
     sync::Arc,
 };
 
-pub use events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
-
-use crate::{config::ModelConfig, sessions::SessionDoc};
+pub use crate::domain::events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
+use crate::{config::ModelConfig, domain::Session};
 
 /// A model's context window and reserved output, for dialects that report
 /// context use (Holmes' `metadata`, Cosmo's `contextUsage`).
@@ -76,11 +74,18 @@ pub struct Frame {
     pub id: Option<String>,
     pub event: Option<String>,
     pub data: String,
+    /// An SSE `retry:` line: how long a reconnecting client should wait.
+    pub retry: Option<std::time::Duration>,
 }
 
 impl Frame {
     pub fn data(data: impl Into<String>) -> Self {
-        Self { id: None, event: None, data: data.into() }
+        Self { id: None, event: None, data: data.into(), retry: None }
+    }
+
+    /// An SSE frame with an event name and, when given, an id.
+    pub fn event(event: impl Into<String>, data: impl Into<String>, id: Option<String>) -> Self {
+        Self { id, event: Some(event.into()), data: data.into(), retry: None }
     }
 }
 
@@ -110,14 +115,23 @@ pub trait Encoder: Send {
         false
     }
 
-    /// Frames after the stream's last event, given the session as stored.
-    fn finish(&mut self, _doc: &SessionDoc) -> Vec<Frame> {
+    /// Frames after the stream's last event, given the session as stored
+    /// (with its conversation).
+    fn finish(&mut self, _session: &Session) -> Vec<Frame> {
         Vec::new()
     }
 
     /// Frames that close a stream whose events all arrived, needing nothing
     /// stored (after [`Encoder::finish`], if any).
     fn close(&mut self) -> Vec<Frame> {
+        Vec::new()
+    }
+
+    /// Frames that end a stream this replica stops serving (it drains): the
+    /// dialect's closest way of telling its client to rejoin elsewhere. The
+    /// default sends nothing; the stream then just ends, which SSE clients
+    /// take as a cue to reconnect with `Last-Event-ID`.
+    fn reconnect(&mut self) -> Vec<Frame> {
         Vec::new()
     }
 }

@@ -20,9 +20,22 @@ impl Encoder for NativeEncoder {
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
         let data = json!({"type": code, "code": code, "message": message});
-        vec![Frame { id: None, event: Some(code.to_string()), data: data.to_string() }]
+        vec![Frame::event(code, data.to_string(), None)]
+    }
+
+    /// `retry:` and an `event: reconnect` without an id, so the client's
+    /// `Last-Event-ID` stays the last event it got.
+    fn reconnect(&mut self) -> Vec<Frame> {
+        let data = json!({
+            "type": "reconnect",
+            "message": "this replica is shutting down; rejoin with Last-Event-ID",
+        });
+        vec![Frame { retry: Some(RECONNECT_AFTER), ..Frame::event("reconnect", data.to_string(), None) }]
     }
 }
+
+/// How soon a client told to rejoin should reconnect (SSE `retry:`).
+pub const RECONNECT_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
 
 pub fn encode(event: &LogEvent) -> Frame {
     let mut object = match serde_json::to_value(&event.event) {
@@ -31,17 +44,13 @@ pub fn encode(event: &LogEvent) -> Frame {
     };
     object.insert("seq".into(), event.seq.into());
     object.insert("session_id".into(), Value::String(event.session_id.to_string()));
-    Frame {
-        id: Some(event.seq.to_string()),
-        event: Some(event.event.kind.type_name().to_string()),
-        data: Value::Object(object).to_string(),
-    }
+    Frame::event(event.event.kind.type_name(), Value::Object(object).to_string(), Some(event.seq.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::events::{AgentRef, Event, EventKind};
+    use crate::domain::{AgentRef, Event, EventKind};
 
     #[test]
     fn a_frame_carries_seq_session_and_type() {

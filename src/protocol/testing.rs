@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::{AgentRef, EventKind, Frame, LogEvent, events::Event};
-use crate::{providers::Usage, sessions::SessionDoc};
+use super::{AgentRef, EventKind, Frame, LogEvent};
+use crate::domain::{Event, Session, Usage};
 
 pub fn main_agent() -> AgentRef {
     AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 }
@@ -25,15 +25,16 @@ pub fn usage(input_tokens: u64, output_tokens: u64) -> Usage {
     Usage { input_tokens, output_tokens, cache_read_tokens: 0, cache_write_tokens: 0 }
 }
 
-/// Session `s1` on `model`, as stored after a turn.
-pub fn doc(model: &str) -> SessionDoc {
-    serde_json::from_value(json!({
-        "id": "s1", "tenant": "acme", "subject": "alice", "status": "completed", "owner": "a",
+/// Session `s1` on `model`, as stored after a turn, with an empty
+/// conversation.
+pub fn doc(model: &str) -> Session {
+    let session: Session = serde_json::from_value(json!({
+        "id": "s1", "tenant": "acme", "subject": "alice", "status": "completed",
         "model": model, "dialect": "native", "created_ms": 1, "updated_ms": 2, "turn": 1,
-        "messages": [], "pending_relays": [], "pending_calls": [],
-        "usage": {"input_tokens": 0, "output_tokens": 0}, "last_seq": 9, "options": {},
+        "usage": {"input_tokens": 0, "output_tokens": 0}, "options": {},
     }))
-    .expect("a valid session document")
+    .expect("a valid session document");
+    session.restored(0, Some(Vec::new()))
 }
 
 pub fn data(frame: &Frame) -> Value {

@@ -30,7 +30,7 @@ use serde_json::{Map, Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
 use super::{Encoder, EventKind, Frame, LogEvent, Transport, TurnEndReason};
-use crate::providers::Usage;
+use crate::domain::{ToolStatus, Usage};
 
 #[derive(Default)]
 pub struct ZotEncoder {
@@ -55,7 +55,7 @@ impl ZotEncoder {
             object.extend(fields);
         }
         object.insert("seq".into(), json!(seq));
-        Frame { id: Some(seq.to_string()), event: None, data: Value::Object(object).to_string() }
+        Frame { id: Some(seq.to_string()), event: None, data: Value::Object(object).to_string(), retry: None }
     }
 
     /// Opens a step if none is open.
@@ -149,7 +149,7 @@ impl Encoder for ZotEncoder {
                 out.push(Self::line(
                     seq,
                     "tool_result",
-                    json!({"id": tool_call_id, "is_error": status != "success",
+                    json!({"id": tool_call_id, "is_error": *status != ToolStatus::Success,
                            "content": [{"type": "text", "text": text}]}),
                 ));
             }
@@ -187,7 +187,7 @@ impl Encoder for ZotEncoder {
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
         let data = json!({"type": "error", "message": message, "code": code});
-        vec![Frame { id: None, event: None, data: data.to_string() }]
+        vec![Frame { id: None, event: None, data: data.to_string(), retry: None }]
     }
 }
 

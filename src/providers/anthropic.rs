@@ -96,6 +96,13 @@ fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Value {
             .collect();
         body["tools"] = Value::Array(tools);
     }
+    // A prefill: the model continues the last assistant message. The API
+    // refuses one that ends in whitespace.
+    if let Some(prefill) = request.prefill.as_deref().map(str::trim_end).filter(|p| !p.is_empty())
+        && let Some(messages) = body["messages"].as_array_mut()
+    {
+        messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": prefill}]}));
+    }
     body
 }
 

@@ -219,6 +219,7 @@ mod tests {
             }],
             max_output_tokens: 100,
             response_format: None,
+            prefill: None,
         }
     }
 

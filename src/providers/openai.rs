@@ -77,6 +77,14 @@ fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Value {
     if let Some(format) = &request.response_format {
         body["response_format"] = format.clone();
     }
+    // vLLM's (and others') way to continue an answer instead of starting one.
+    if let Some(prefill) = &request.prefill
+        && let Some(messages) = body["messages"].as_array_mut()
+    {
+        messages.push(json!({"role": "assistant", "content": prefill}));
+        body["continue_final_message"] = json!(true);
+        body["add_generation_prompt"] = json!(false);
+    }
     body
 }
 
@@ -331,6 +339,7 @@ mod tests {
             tools: vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}) }],
             max_output_tokens: 7,
             response_format: Some(json!({"type": "json_object"})),
+            prefill: None,
         };
         let body = request_body(&request, "m", 7);
         assert_eq!(

@@ -1,13 +1,18 @@
 //! Sessions that start from a conversation the client holds: dialects whose
-//! every request carries the whole history (llm-gateway's `POST /chat`)
-//! get a fresh session seeded with the earlier messages, and its first turn
-//! starts with the last one.
+//! every request carries the whole history (llm-gateway's `POST /chat`, new
+//! AI SDK and AG-UI chats) get a fresh session seeded with the earlier
+//! messages, and its first turn starts with the last one — one commit that
+//! creates the session, takes it and logs `turn_started`.
 //!
 //! The seeded history is context for the model only: the session's pending
 //! calls and relays still come from the store, never from the client.
 
 use super::{NewSession, SessionError, Sessions};
-use crate::{auth::Principal, protocol::EventKind, providers::ChatMessage, store::SessionKey};
+use crate::{
+    auth::Principal,
+    domain::{ChatMessage, Session},
+    store::SessionKey,
+};
 
 impl Sessions {
     /// Creates a session owned by `principal` whose conversation is
@@ -20,15 +25,13 @@ impl Sessions {
         history: Vec<ChatMessage>,
         message: ChatMessage,
     ) -> Result<(String, u64), SessionError> {
-        let created = self.create(principal, new).await?;
-        let key = SessionKey::new(principal.tenant.clone(), created.id.as_str());
-        let (version, mut doc) = self.load_visible(principal, &key).await?;
-        // What `start_turn` does to an idle session, in the same write as the history.
-        doc.messages = history;
-        doc.messages.push(message);
-        doc.turn += 1;
-        let event = EventKind::TurnStarted { turn: doc.turn, model: doc.model.clone() };
-        let cursor = self.activate(&key, version, doc, vec![event]).await?;
-        Ok((created.id, cursor))
+        let mut session = Session::new(self.spec(principal, new));
+        tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
+        session.seed(history)?;
+        let events = session.start_turn(message, self.request_trace())?;
+        let id = session.id().to_string();
+        let key = SessionKey::new(principal.tenant.clone(), id.as_str());
+        let cursor = self.activate(&key, None, session, events, None).await?;
+        Ok((id, cursor))
     }
 }

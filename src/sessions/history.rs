@@ -27,10 +27,10 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{SessionDoc, SessionError, Sessions, Status};
+use super::{SessionError, Sessions};
 use crate::{
     auth::Principal,
-    providers::{ChatMessage, ImagePart, Role},
+    domain::{ChatMessage, ImagePart, Role, Session, Status},
     store::SessionKey,
 };
 
@@ -110,8 +110,8 @@ impl Sessions {
         principal: &Principal,
         session_id: Option<&str>,
         history: Option<&[ChatMessage]>,
-    ) -> Result<SessionDoc, FindError> {
-        let doc = match (session_id, history) {
+    ) -> Result<Session, FindError> {
+        let session = match (session_id, history) {
             (Some(id), _) => self.visible(principal, id).await?,
             (None, Some(history)) => {
                 let digests = HistoryDigests::of(&principal.tenant, &principal.subject, history);
@@ -119,8 +119,8 @@ impl Sessions {
                     Some(key) => key,
                     None => self.indexed(principal, &digests.prefix).await?.ok_or(FindError::UnknownHistory)?,
                 };
-                match self.load_visible(principal, &key).await {
-                    Ok((_, doc)) => doc,
+                match self.load_visible(principal, &key, true).await {
+                    Ok((_, session)) => session,
                     Err(SessionError::NotFound) => return Err(FindError::UnknownHistory),
                     Err(e) => return Err(e.into()),
                 }
@@ -132,17 +132,17 @@ impl Sessions {
                 .into());
             }
         };
-        if doc.status != Status::AwaitingClient {
+        if session.status() != Status::AwaitingClient {
             return Err(SessionError::Conflict(format!(
                 "the conversation is {}, not waiting for tool decisions or results",
-                doc.status.as_str()
+                session.status().as_str()
             ))
             .into());
         }
         if let Some(history) = history {
-            check_matches(principal, &doc, history)?;
+            check_matches(principal, &session, history)?;
         }
-        Ok(doc)
+        Ok(session)
     }
 
     /// The session `id` as the caller may see it, for a new turn on it; a
@@ -152,17 +152,17 @@ impl Sessions {
         principal: &Principal,
         id: &str,
         history: Option<&[ChatMessage]>,
-    ) -> Result<SessionDoc, FindError> {
-        let doc = self.visible(principal, id).await?;
+    ) -> Result<Session, FindError> {
+        let session = self.visible(principal, id).await?;
         if let Some(history) = history {
-            check_matches(principal, &doc, history)?;
+            check_matches(principal, &session, history)?;
         }
-        Ok(doc)
+        Ok(session)
     }
 
-    async fn visible(&self, principal: &Principal, id: &str) -> Result<SessionDoc, FindError> {
-        match self.get(principal, id).await {
-            Ok((_, doc)) => Ok(doc),
+    async fn visible(&self, principal: &Principal, id: &str) -> Result<Session, FindError> {
+        match self.get_with_history(principal, id).await {
+            Ok(view) => Ok(view.session),
             Err(SessionError::NotFound) => Err(FindError::UnknownSession),
             Err(e) => Err(e.into()),
         }
@@ -175,18 +175,19 @@ impl Sessions {
     }
 }
 
-fn check_matches(principal: &Principal, doc: &SessionDoc, history: &[ChatMessage]) -> Result<(), SessionError> {
+fn check_matches(principal: &Principal, session: &Session, history: &[ChatMessage]) -> Result<(), SessionError> {
+    let stored_messages = session.history().unwrap_or_default();
     let sent = HistoryDigests::of(&principal.tenant, &principal.subject, history);
-    let stored = HistoryDigests::of(&principal.tenant, &principal.subject, &doc.messages);
+    let stored = HistoryDigests::of(&principal.tenant, &principal.subject, stored_messages);
     if sent.full == stored.full {
         return Ok(());
     }
     Err(SessionError::Conflict(format!(
         "conversation_history does not match the stored conversation of session {} ({} messages sent, {} stored{}); \
          send it back unchanged, as the last event gave it",
-        doc.id,
+        session.id(),
         history.len(),
-        doc.messages.len(),
+        stored_messages.len(),
         if sent.prefix == stored.prefix { "; the last assistant message differs" } else { "" },
     )))
 }
@@ -237,7 +238,7 @@ fn canonical_arguments(arguments: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ToolCall;
+    use crate::domain::ToolCall;
 
     fn history(arguments: &str) -> Vec<ChatMessage> {
         let mut assistant = ChatMessage::text(Role::Assistant, "");

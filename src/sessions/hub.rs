@@ -1,47 +1,32 @@
-//! The event hub of one replica: it writes events to the log and feeds them
-//! to the clients following sessions on this replica.
+//! The event hub of one replica: it feeds committed events to the clients
+//! following sessions on this replica. (Writing is the writer's,
+//! `writer.rs`: nothing reaches a client before it is durable.)
 //!
-//! Writing: every session on the replica sends its events to one writer task.
-//! The writer waits a few milliseconds for more (unless an append someone
-//! waits for arrives: that goes at once), merges adjacent text deltas of the
-//! same session and agent, and appends everything it holds in one pipelined
-//! store call. An event is broadcast to followers only after that append
-//! succeeded: nothing reaches a client before it is durable.
-//!
-//! Following: each followed session has a [`Feed`] (a broadcast channel).
-//! Events appended here are broadcast by the writer straight from memory.
+//! Each followed session has a [`Feed`] (a broadcast channel). Events
+//! committed here are broadcast by the writer straight from memory.
 //! Events appended on other replicas arrive as one `Notice::Appended` on the
 //! replica's single subscription; the hub then reads the missing range once
-//! and broadcasts it to every local follower of that session. Notices of its
-//! own appends are ignored: those were broadcast from memory already. A follower
+//! and broadcasts it to every local follower of that session. Notices of
+//! this instance's own commits are ignored: those were broadcast from memory
+//! already. A follower
 //! subscribes to its feed, replays from the store after its cursor, and then
 //! takes live events, skipping seqs it already has and re-reading the store
 //! when it sees a gap (a lagged broadcast, a missed notice).
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
 };
 
 use dashmap::DashMap;
-use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
+use tokio::sync::{Mutex, broadcast, mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    protocol::{EventKind, LogEvent, events::Event},
-    store::{AppendBatch, LogRange, Notice, SessionKey, Store, StoreError},
+    domain::{Event, EventKind, LogEvent},
+    store::{LogRange, Notice, SessionKey, Store, StoreError},
 };
 
-/// How long the writer waits for more events before appending. Long enough
-/// to merge a burst of tokens, short enough not to be felt.
-const COALESCE_WINDOW: Duration = Duration::from_millis(5);
-/// Most append commands the writer holds before it appends anyway.
-const MAX_BATCH: usize = 512;
-/// Bound of the writer's inbox; senders wait when it is full.
-const WRITER_QUEUE: usize = 4096;
 /// Live events buffered per followed session; a slower follower lags and
 /// re-reads from the store.
 const FEED_CAPACITY: usize = 256;
@@ -62,12 +47,6 @@ pub enum FollowItem {
     Failed(StoreError),
 }
 
-struct AppendCommand {
-    key: SessionKey,
-    events: Vec<Event>,
-    ack: Option<oneshot::Sender<Result<(u64, u64), StoreError>>>,
-}
-
 /// Live state of one followed session on this replica.
 struct Feed {
     tx: broadcast::Sender<Arc<LogEvent>>,
@@ -84,48 +63,29 @@ pub struct EventHub {
 
 struct Inner {
     store: Store,
-    replica: String,
+    /// This instance (its own notices are ignored).
+    instance: String,
     feeds: DashMap<SessionKey, Arc<Feed>>,
-    writer: mpsc::Sender<AppendCommand>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
 
 impl EventHub {
-    /// Starts the writer and the notice listener on `tasks`; both stop when
-    /// `shutdown` is cancelled (the writer after appending what it holds).
+    /// Starts the notice listener on `tasks`; it stops when `shutdown` is
+    /// cancelled. Wake-ups heard go to `wakes`, hand-off announcements to
+    /// `orphans`.
     pub fn start(
         store: Store,
-        replica: String,
+        instance: String,
         notices: mpsc::Receiver<Notice>,
-        wakes: mpsc::Sender<SessionKey>,
+        wakes: mpsc::Sender<Wake>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
-        let (writer, inbox) = mpsc::channel(WRITER_QUEUE);
-        let hub = Self {
-            inner: Arc::new(Inner { store, replica, feeds: DashMap::new(), writer, tasks: tasks.clone(), shutdown }),
-        };
-        tasks.spawn(hub.clone().run_writer(inbox));
+        let hub =
+            Self { inner: Arc::new(Inner { store, instance, feeds: DashMap::new(), tasks: tasks.clone(), shutdown }) };
         tasks.spawn(hub.clone().run_notices(notices, wakes));
         hub
-    }
-
-    /// Appends `events` to the session's log and waits until they are
-    /// durable. Returns the seqs of the first and last event.
-    pub async fn append(&self, key: &SessionKey, events: Vec<Event>) -> Result<(u64, u64), StoreError> {
-        let (ack, done) = oneshot::channel();
-        let command = AppendCommand { key: key.clone(), events, ack: Some(ack) };
-        self.inner.writer.send(command).await.map_err(|_| writer_gone())?;
-        done.await.map_err(|_| writer_gone())?
-    }
-
-    /// Queues `event` for appending without waiting (text deltas on the hot
-    /// path). Its durability shows in the next [`EventHub::append`] of the
-    /// session, which the writer handles after it.
-    pub async fn emit(&self, key: &SessionKey, event: Event) -> Result<(), StoreError> {
-        let command = AppendCommand { key: key.clone(), events: vec![event], ack: None };
-        self.inner.writer.send(command).await.map_err(|_| writer_gone())
     }
 
     /// Follows the session's log after `after`: replays what is stored, then
@@ -306,84 +266,17 @@ impl EventHub {
             .collect()
     }
 
-    /// The writer: one per replica; see the module docs.
-    async fn run_writer(self, mut inbox: mpsc::Receiver<AppendCommand>) {
-        loop {
-            let first = tokio::select! {
-                command = inbox.recv() => command,
-                () = self.inner.shutdown.cancelled() => None,
-            };
-            let Some(first) = first else { break };
-            let mut commands = vec![first];
-            let deadline = tokio::time::sleep(COALESCE_WINDOW);
-            tokio::pin!(deadline);
-            // A durable append (a checkpoint waits for it) goes at once,
-            // with whatever deltas came before it; deltas alone wait for the
-            // window to merge.
-            while commands.len() < MAX_BATCH && commands.iter().all(|c| c.ack.is_none()) {
-                tokio::select! {
-                    command = inbox.recv() => match command {
-                        Some(command) => commands.push(command),
-                        None => break,
-                    },
-                    () = &mut deadline => break,
-                }
-            }
-            self.write(commands).await;
-        }
-        // Shutdown: append what is still queued, so acknowledged work is kept.
-        inbox.close();
-        let mut rest = Vec::new();
-        while let Some(command) = inbox.recv().await {
-            rest.push(command);
-        }
-        if !rest.is_empty() {
-            self.write(rest).await;
+    /// Re-reads what the session's followers here have not seen (after a
+    /// commit whose answer was lost: it may or may not have happened).
+    pub(super) async fn refill(&self, key: &SessionKey) {
+        if let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) {
+            self.fill(key, &feed).await;
         }
     }
 
-    async fn write(&self, commands: Vec<AppendCommand>) {
-        // Group by session, keeping each session's order.
-        let mut groups: Vec<(SessionKey, Vec<Event>, Vec<oneshot::Sender<_>>)> = Vec::new();
-        for command in commands {
-            let index = match groups.iter().position(|(key, _, _)| *key == command.key) {
-                Some(index) => index,
-                None => {
-                    groups.push((command.key.clone(), Vec::new(), Vec::new()));
-                    groups.len() - 1
-                }
-            };
-            let group = &mut groups[index];
-            for event in command.events {
-                push_coalesced(&mut group.1, event);
-            }
-            group.2.extend(command.ack);
-        }
-        let mut batches = Vec::with_capacity(groups.len());
-        for (key, events, _) in &groups {
-            let payloads = events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect();
-            batches.push(AppendBatch { key: key.clone(), replica: self.inner.replica.clone(), payloads });
-        }
-        let results = self.inner.store.log.append(&batches).await;
-        for ((key, events, acks), result) in groups.into_iter().zip(results) {
-            match &result {
-                Ok((first, _)) => self.broadcast_local(&key, *first, events).await,
-                // The append may have happened all the same (an answer lost
-                // on the way back): followers here get whatever the log has.
-                Err(_) => {
-                    if let Some(feed) = self.inner.feeds.get(&key).map(|f| f.clone()) {
-                        self.fill(&key, &feed).await;
-                    }
-                }
-            }
-            for ack in acks {
-                let _ = ack.send(result.clone());
-            }
-        }
-    }
-
-    /// Hands freshly appended events to this replica's followers, from memory.
-    async fn broadcast_local(&self, key: &SessionKey, first: u64, events: Vec<Event>) {
+    /// Hands freshly committed events (seqs from `first`) to this replica's
+    /// followers, from memory.
+    pub(super) async fn broadcast(&self, key: &SessionKey, first: u64, events: Vec<Event>) {
         let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) else { return };
         let mut last = feed.last_seq.lock().await;
         for (i, event) in events.into_iter().enumerate() {
@@ -396,9 +289,9 @@ impl EventHub {
         }
     }
 
-    /// Listens to this replica's subscription: appends elsewhere fill the
-    /// feeds; wakes go to whoever runs the session here.
-    async fn run_notices(self, mut notices: mpsc::Receiver<Notice>, wakes: mpsc::Sender<SessionKey>) {
+    /// Listens to this replica's subscription: commits elsewhere fill the
+    /// feeds; wake-ups and hand-offs go to the sessions service.
+    async fn run_notices(self, mut notices: mpsc::Receiver<Notice>, wakes: mpsc::Sender<Wake>) {
         loop {
             let notice = tokio::select! {
                 notice = notices.recv() => notice,
@@ -406,9 +299,9 @@ impl EventHub {
             };
             match notice {
                 None => break,
-                // Our own append: the writer broadcasts it from memory (and
-                // re-reads the log itself if the append's answer was lost).
-                Some(Notice::Appended { by: Some(by), .. }) if by == self.inner.replica => {}
+                // Our own commit: the writer broadcast it from memory (and
+                // re-reads the log itself if the commit's answer was lost).
+                Some(Notice::Appended { by: Some(by), .. }) if by == self.inner.instance => {}
                 Some(Notice::Appended { key, last_seq, .. }) => {
                     let Some(feed) = self.inner.feeds.get(&key).map(|f| f.clone()) else { continue };
                     let behind = feed.last_seq.lock().await.is_some_and(|l| l < last_seq);
@@ -417,17 +310,34 @@ impl EventHub {
                     }
                 }
                 Some(Notice::Wake { key }) => {
-                    let _ = wakes.send(key).await;
+                    let _ = wakes.send(Wake::Session(key)).await;
+                }
+                Some(Notice::Orphaned) => {
+                    let _ = wakes.send(Wake::Orphans).await;
                 }
                 Some(Notice::Resubscribed) => {
                     let feeds: Vec<_> = self.inner.feeds.iter().map(|f| (f.key().clone(), f.value().clone())).collect();
                     for (key, feed) in feeds {
                         self.fill(&key, &feed).await;
                     }
+                    // A wake-up may have been missed too.
+                    let _ = wakes.send(Wake::Everyone).await;
                 }
             }
         }
     }
+}
+
+/// What the subscription tells the sessions service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// Something was left for the session's owner (a decision, a cancel),
+    /// or it was taken over.
+    Session(SessionKey),
+    /// A session was handed off: sweep now.
+    Orphans,
+    /// The subscription was re-established: anything may have been missed.
+    Everyone,
 }
 
 /// Drops a follower's interest in its feed; the last one out unwatches.
@@ -450,7 +360,7 @@ impl FeedGuard {
 
 /// Appends `event` to `events`, merging it into the previous one when both
 /// are text (or reasoning) deltas of the same agent.
-fn push_coalesced(events: &mut Vec<Event>, event: Event) {
+pub(super) fn push_coalesced(events: &mut Vec<Event>, event: Event) {
     if let Some(previous) = events.last_mut()
         && previous.agent == event.agent
     {
@@ -466,14 +376,10 @@ fn push_coalesced(events: &mut Vec<Event>, event: Event) {
     events.push(event);
 }
 
-fn writer_gone() -> StoreError {
-    StoreError::Unavailable("the event writer has stopped (shutting down)".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::AgentRef;
+    use crate::domain::AgentRef;
 
     fn event(kind: EventKind, agent: &str) -> Event {
         Event { kind, agent: AgentRef { agent_id: agent.into(), parent_id: None, depth: 0 }, ts: 0 }

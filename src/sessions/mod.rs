@@ -1,24 +1,33 @@
-//! The sessions service: create, read, follow, resume, and hand running turns
-//! to the orchestrator on whichever replica holds the session's lease.
+//! The sessions service: create, read, follow, start and resume turns, and
+//! run them on whichever replica owns the session.
 //!
-//! Owns the session state machine (`state.rs`), the replica's event hub
-//! (`hub.rs`) and its leases (`leases.rs`: renewal, the takeover sweep). It
-//! does not run the agent loop: a [`TurnRunner`] does (the orchestrator),
-//! given a [`RunHandle`] through which it emits events and checkpoints.
+//! Owns the replica's event hub (`hub.rs`: followers), its writer
+//! (`writer.rs`: every write of the sessions it runs, as fenced commits),
+//! and ownership (`ownership.rs`: this instance's heartbeat, the takeover of
+//! dead instances' sessions and of handed-off ones, drain). What a session
+//! *is* — its state machine, the events each transition implies — is the
+//! domain's ([`crate::domain::Session`]); this module loads sessions,
+//! applies transitions and commits each one whole. It does not run the
+//! agent loop: a [`TurnRunner`] does (the orchestrator), given a
+//! [`RunHandle`].
 //!
-//! Access rule: a session is visible to its tenant's subject that created it,
-//! and to that tenant's tokens with the `sessions:admin` scope. Anything else
-//! — another subject, another tenant, a missing id — is the same 404.
+//! Access rule: a session is visible to its tenant's subject that created
+//! it, and to that tenant's tokens with the `sessions:admin` scope.
+//! Anything else — another subject, another tenant, a missing id — is the
+//! same 404.
 
 mod commands;
 mod conversation;
 mod history;
 pub mod hub;
-mod leases;
+mod ownership;
 mod run;
-pub mod state;
+mod writer;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 
 use async_trait::async_trait;
 use dashmap::DashMap;
@@ -27,24 +36,21 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument as _;
 
 pub use self::{
-    commands::{Decision, Resume},
     hub::{EventHub, FollowItem},
-    run::{Emitter, RunHandle},
-    state::{SessionDoc, SessionOptions, Status, TurnState},
+    run::{Emitter, Inbox, RunHandle, Stop},
+    writer::WriteError,
 };
+use self::{run::Running, writer::Writer};
 use crate::{
     auth::Principal,
     config::Config,
-    protocol::{AgentRef, EventKind, events::Event},
-    providers::Usage,
-    store::{LeaseOp, Notice, SessionKey, Store, StoreError, Versioned, WriteOutcome},
+    domain::{AgentRef, ChatMessage, Event, EventKind, Refused, Session, SessionOptions, SessionSpec, now_ms},
+    store::{
+        Commit, CommitError, Committed, Conflict, Fence, Notice, OwnerChange, Record, SessionKey, StateWrite, Store,
+        StoreError,
+    },
     telemetry::{attributes as attr, metrics::Metrics, trace},
 };
-
-/// How long a new turn waits for the state write that follows the previous
-/// turn's last event, and how often it looks.
-const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The scope that lets a token see every session of its tenant.
 pub const ADMIN_SCOPE: &str = "sessions:admin";
@@ -81,11 +87,33 @@ pub enum SessionError {
     Store(#[from] StoreError),
 }
 
-/// Runs turns: the orchestrator. Called on the replica that holds the
-/// session's lease, with a handle positioned at the last checkpoint.
+impl From<Refused> for SessionError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Conflict(message) => Self::Conflict(message),
+            Refused::Invalid(message) => Self::Invalid(message),
+        }
+    }
+}
+
+/// Runs turns: the orchestrator. Called on the replica that owns the
+/// session, with a handle positioned at its last commit.
 #[async_trait]
 pub trait TurnRunner: Send + Sync {
     async fn run(&self, handle: RunHandle);
+}
+
+/// A session as a request reads it: the domain session and what the store
+/// knows beside it.
+#[derive(Debug, Clone)]
+pub struct SessionView {
+    pub session: Session,
+    /// The replica that runs it (its configured id), or that ran it last.
+    pub replica: Option<String>,
+    /// The newest event's seq.
+    pub last_seq: u64,
+    /// The seq before the current (or last) turn's stream began.
+    pub turn_start_seq: u64,
 }
 
 #[derive(Clone)]
@@ -96,52 +124,84 @@ pub struct Sessions {
 struct Inner {
     store: Store,
     hub: EventHub,
+    writer: Writer,
     config: Arc<Config>,
     metrics: Arc<Metrics>,
+    /// This replica's configured id (logs, metrics, `step_restarted`).
     replica: String,
-    runner: OnceLock<Arc<dyn TurnRunner>>,
-    /// Sessions whose lease this replica holds.
-    running: DashMap<SessionKey, run::Running>,
+    /// This process's identity as an owner: `<replica>#<random>`, new at
+    /// every start, so a replica restarted under the same id never passes
+    /// for the run before it (whose sessions must be taken over).
+    instance: String,
+    runner: Arc<dyn TurnRunner>,
+    /// Sessions this instance runs, with their tenure.
+    running: DashMap<SessionKey, Running>,
+    /// Notified when `running` becomes empty (a drain waits for it).
+    idle: tokio::sync::Notify,
+    /// Sessions whose turn stopped because the store failed: restarted here
+    /// from their last commit once it answers.
+    recovering: DashMap<SessionKey, ()>,
     tasks: TaskTracker,
+    /// Cancelled at the end of shutdown: background tasks stop.
     shutdown: CancellationToken,
-    /// Set by [`Sessions::halt`]: stop without handing leases off.
-    halted: std::sync::atomic::AtomicBool,
+    /// Cancelled when draining begins: no new turns here, streams end with
+    /// a "rejoin" frame, running turns are handed off.
+    drain: CancellationToken,
+    /// Cancelled by [`Sessions::halt`]: stop at once, as a crash would.
+    halt: CancellationToken,
+    halted: AtomicBool,
 }
 
 impl Sessions {
-    /// Starts the hub, the lease keeper and the takeover sweep on `tasks`.
+    /// Starts the hub, the writer, the heartbeat and the takeover sweep on
+    /// `tasks`. `runner` runs every turn this replica owns, from the first
+    /// takeover on: a replica never owns a session it cannot run.
     pub fn start(
         store: Store,
         notices: mpsc::Receiver<Notice>,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
+        runner: Arc<dyn TurnRunner>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
         let replica = config.server.replica_id.clone();
-        let (wakes_tx, wakes_rx) = mpsc::channel(256);
-        let hub = EventHub::start(store.clone(), replica.clone(), notices, wakes_tx, tasks.clone(), shutdown.clone());
+        let instance = format!("{replica}#{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let (wakes_tx, wakes_rx) = mpsc::channel(1024);
+        let halt = CancellationToken::new();
+        let hub = EventHub::start(store.clone(), instance.clone(), notices, wakes_tx, tasks.clone(), shutdown.clone());
+        let give_up = config.store.lease_ttl;
+        let writer = Writer::start(
+            store.clone(),
+            hub.clone(),
+            instance.clone(),
+            give_up,
+            shutdown.clone(),
+            halt.clone(),
+            &tasks,
+        );
         let sessions = Self {
             inner: Arc::new(Inner {
                 store,
                 hub,
+                writer,
                 config,
                 metrics,
                 replica,
-                runner: OnceLock::new(),
+                instance,
+                runner,
                 running: DashMap::new(),
-                tasks: tasks.clone(),
+                idle: tokio::sync::Notify::new(),
+                recovering: DashMap::new(),
+                tasks,
                 shutdown,
-                halted: std::sync::atomic::AtomicBool::new(false),
+                drain: CancellationToken::new(),
+                halt,
+                halted: AtomicBool::new(false),
             }),
         };
-        leases::start(sessions.clone(), wakes_rx);
+        ownership::start(sessions.clone(), wakes_rx);
         sessions
-    }
-
-    /// Installs the orchestrator. Set once, at start-up.
-    pub fn set_runner(&self, runner: Arc<dyn TurnRunner>) {
-        let _ = self.inner.runner.set(runner);
     }
 
     pub fn hub(&self) -> &EventHub {
@@ -152,12 +212,22 @@ impl Sessions {
         &self.inner.replica
     }
 
+    /// This process's owner identity in the store.
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
     pub fn config(&self) -> &Config {
         &self.inner.config
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+
+    /// Cancelled when this replica starts draining.
+    pub fn draining(&self) -> &CancellationToken {
+        &self.inner.drain
     }
 
     /// The upstream time of the session's turn, if it runs on this replica
@@ -172,9 +242,7 @@ impl Sessions {
     }
 
     /// Counts what events about to be written say happened: tool results
-    /// by kind and outcome, relay decisions. Every event this replica writes
-    /// passes here once (a re-announced relay request does not: the
-    /// orchestrator counts requests where it makes them).
+    /// by kind and outcome, relay decisions.
     pub(crate) fn observe(&self, events: impl IntoIterator<Item = impl std::borrow::Borrow<EventKind>>) {
         let metrics = &self.inner.metrics;
         for event in events {
@@ -185,11 +253,12 @@ impl Sessions {
                         name if self.inner.config.tool(name).is_some() => "server",
                         _ => "frontend",
                     };
-                    metrics.tool_call(kind, status);
+                    metrics.tool_call(kind, status.as_str());
                 }
                 EventKind::RelayDecided { approved, .. } => {
                     metrics.relay(if *approved { "approved" } else { "denied" });
                 }
+                EventKind::RelayRequested(_) => metrics.relay("requested"),
                 _ => {}
             }
         }
@@ -197,50 +266,48 @@ impl Sessions {
 
     /// Creates an idle session owned by `principal`. An id the tenant
     /// already uses is a conflict.
-    pub async fn create(&self, principal: &Principal, new: NewSession) -> Result<SessionDoc, SessionError> {
+    pub async fn create(&self, principal: &Principal, new: NewSession) -> Result<Session, SessionError> {
+        let session = Session::new(self.spec(principal, new));
+        tracing::Span::current().record(attr::SESSION_ID, session.id());
+        let key = SessionKey::new(principal.tenant.clone(), session.id());
+        let mut commit = Commit::new(key, Fence::Absent, self.instance());
+        commit.state = Some(state_write(&session)?);
+        self.commit_one(commit).await?;
+        Ok(session)
+    }
+
+    fn spec(&self, principal: &Principal, new: NewSession) -> SessionSpec {
         let NewSession { id, model, dialect, options } = new;
-        let id = id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let now = crate::protocol::events::now_ms();
-        let doc = SessionDoc {
-            id: id.clone(),
+        SessionSpec {
+            id: id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             tenant: principal.tenant.to_string(),
             subject: principal.subject.clone(),
-            status: Status::Idle,
-            owner: None,
             model,
             dialect: dialect.to_string(),
-            created_ms: now,
-            updated_ms: now,
-            turn: 0,
-            messages: Vec::new(),
-            pending_relays: Vec::new(),
-            pending_calls: Vec::new(),
-            usage: Usage::default(),
-            last_seq: 0,
-            trace_parent: None,
-            error: None,
             options,
-            turn_state: TurnState::default(),
-            decisions: Vec::new(),
-            cancel_requested: false,
-        };
-        tracing::Span::current().record(attr::SESSION_ID, &id);
-        let key = SessionKey::new(principal.tenant.clone(), id);
-        match self.inner.store.state.create(&key, &encode(&doc)?, LeaseOp::None).await? {
-            WriteOutcome::Written(_) => Ok(doc),
-            _ => Err(SessionError::Conflict("a session with this id already exists".into())),
         }
     }
 
     /// The session as its owner (or an admin of its tenant) may see it. An
-    /// active session whose lease has lapsed is taken over on the way.
-    pub async fn get(&self, principal: &Principal, id: &str) -> Result<(u64, SessionDoc), SessionError> {
+    /// active session whose owner is gone is taken over on the way.
+    pub async fn get(&self, principal: &Principal, id: &str) -> Result<SessionView, SessionError> {
+        self.view(principal, id, false).await
+    }
+
+    /// Like [`Sessions::get`], with the whole conversation.
+    pub async fn get_with_history(&self, principal: &Principal, id: &str) -> Result<SessionView, SessionError> {
+        self.view(principal, id, true).await
+    }
+
+    async fn view(&self, principal: &Principal, id: &str, history: bool) -> Result<SessionView, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
-        let (version, doc) = self.load_visible(principal, &key).await?;
-        if doc.status.is_active() {
-            leases::take_over_if_orphaned(self, &key).await;
+        let (record, session) = self.load_visible(principal, &key, history).await?;
+        if session.status().is_active() {
+            ownership::take_over_if_orphaned(self, &key, &record).await;
         }
-        Ok((version, doc))
+        let replica = record.owner.as_ref().or(record.last_owner.as_ref());
+        let replica = replica.map(|o| o.split('#').next().unwrap_or(o).to_string());
+        Ok(SessionView { session, replica, last_seq: record.last_seq, turn_start_seq: record.turn_start_seq })
     }
 
     /// Replays the log after `after` and follows live events until the
@@ -252,31 +319,49 @@ impl Sessions {
         after: u64,
     ) -> Result<mpsc::Receiver<FollowItem>, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
-        let (_, doc) = self.load_visible(principal, &key).await?;
-        let bounds = self.inner.store.log.read_after(&key, after, 1).await?;
-        if after > bounds.last_seq {
-            return Err(SessionError::Invalid(format!(
-                "cursor {after} is beyond the last event ({})",
-                bounds.last_seq
-            )));
-        }
-        if bounds.last_seq > after && bounds.first_seq > after + 1 {
-            return Err(SessionError::CursorExpired { after, first_seq: bounds.first_seq });
-        }
-        if doc.status.is_active() {
-            leases::take_over_if_orphaned(self, &key).await;
-        }
-        Ok(self.inner.hub.follow(key, after, !doc.status.is_active()).await)
+        let (record, session) = self.load_visible(principal, &key, false).await?;
+        self.follow_loaded(key, &record, &session, after).await
     }
 
-    /// CAS the document to `running` on this replica (taking the lease),
-    /// append `events`, and start the runner. Returns the cursor before them.
+    /// [`Sessions::follow`] for a session just read (or just committed).
+    async fn follow_loaded(
+        &self,
+        key: SessionKey,
+        record: &Record,
+        session: &Session,
+        after: u64,
+    ) -> Result<mpsc::Receiver<FollowItem>, SessionError> {
+        if after > record.last_seq {
+            return Err(SessionError::Invalid(format!(
+                "cursor {after} is beyond the last event ({})",
+                record.last_seq
+            )));
+        }
+        if record.last_seq > after {
+            let bounds = self.inner.store.log.read_after(&key, after, 1).await?;
+            if bounds.first_seq > after + 1 {
+                return Err(SessionError::CursorExpired { after, first_seq: bounds.first_seq });
+            }
+        }
+        if session.status().is_active() {
+            ownership::take_over_if_orphaned(self, &key, record).await;
+        }
+        Ok(self.inner.hub.follow(key, after, !session.status().is_active()).await)
+    }
+
+    /// Commits `session`'s transition (its `events`) made by a request on
+    /// `record`, taking the session to run it here, and starts the runner.
+    /// While draining, the session is committed without an owner instead,
+    /// for another replica to take at once. The turn's span links to the
+    /// trace `link` names (the turn before, maybe on another replica).
+    /// Returns the cursor before the events.
     async fn activate(
         &self,
         key: &SessionKey,
-        version: u64,
-        mut doc: SessionDoc,
+        record: Option<&Record>,
+        mut session: Session,
         events: Vec<EventKind>,
+        link: Option<String>,
     ) -> Result<u64, SessionError> {
         if !self.hold_slot(key, true).await? {
             self.inner.metrics.rate_limit(&key.tenant, "limited_sessions");
@@ -285,44 +370,64 @@ impl Sessions {
                 retry_after_secs: self.inner.config.store.lease_ttl.as_secs().max(1),
             });
         }
-        doc.status = Status::Running;
-        doc.owner = Some(self.inner.replica.clone());
-        doc.updated_ms = crate::protocol::events::now_ms();
-        // This request's trace becomes the session's; the turn's span links
-        // to the one before (a pause or an earlier turn, maybe elsewhere).
-        let earlier = std::mem::replace(&mut doc.trace_parent, trace::traceparent(&tracing::Span::current()));
-        let lease = LeaseOp::Acquire { replica: self.inner.replica.clone(), ttl: self.inner.config.store.lease_ttl };
-        let new_version = match self.inner.store.state.compare_and_set(key, version, &encode(&doc)?, lease).await? {
-            WriteOutcome::Written(v) => v,
-            WriteOutcome::VersionConflict => {
-                return Err(SessionError::Conflict("the session was changed by another request; reload it".into()));
-            }
-            WriteOutcome::LeaseConflict => {
-                return Err(SessionError::Conflict("another replica is running this session".into()));
-            }
+        let fence = match record {
+            Some(record) => fence_of(record),
+            None => Fence::Absent,
         };
-        self.observe(&events);
-        let cursor = if events.is_empty() {
-            0
-        } else {
-            let stamped = events.into_iter().map(|kind| stamp(kind, main_agent())).collect();
-            self.inner.hub.append(key, stamped).await?.0 - 1
-        };
-        self.spawn_runner(key.clone(), new_version, doc, None, earlier);
-        Ok(cursor)
+        let draining = self.inner.drain.is_cancelled();
+        let mut commit = self.session_commit(key, fence, &session, &events)?;
+        commit.owner = if draining { OwnerChange::Release } else { OwnerChange::Acquire(self.instance().to_string()) };
+        commit.open_relays = session.live_relays();
+        commit.turn_start = true;
+        let committed = self.commit_one(commit).await?;
+        session.conversation_saved();
+        if !draining {
+            self.spawn_runner(key.clone(), session, committed, None, link);
+        }
+        Ok(committed.first_seq - 1)
     }
 
-    /// Hands a session whose lease this replica now holds to the runner, in
-    /// an `invoke_agent` span: a child of the current span (the request that
-    /// started or resumed the turn; none for a takeover), linked to the
-    /// trace `link` names. `taken_over_from` names the replica that died
-    /// running it, if any.
+    /// A commit of `session` as it stands (state, new messages) and `events`.
+    fn session_commit(
+        &self,
+        key: &SessionKey,
+        fence: Fence,
+        session: &Session,
+        events: &[EventKind],
+    ) -> Result<Commit, SessionError> {
+        self.observe(events);
+        let mut commit = Commit::new(key.clone(), fence, self.instance());
+        commit.state = Some(state_write(session)?);
+        commit.messages = messages_write(session)?;
+        commit.events = events.iter().map(|kind| encode_event(kind.clone())).collect::<Result<_, _>>()?;
+        Ok(commit)
+    }
+
+    async fn commit_one(&self, commit: Commit) -> Result<Committed, SessionError> {
+        let result = self.inner.store.sessions.commit(std::slice::from_ref(&commit)).await.into_iter().next();
+        match result {
+            Some(Ok(committed)) => Ok(committed),
+            Some(Err(CommitError::Conflict(Conflict::Exists))) => {
+                Err(SessionError::Conflict("a session with this id already exists".into()))
+            }
+            Some(Err(CommitError::Conflict(_))) => {
+                Err(SessionError::Conflict("the session was changed by another request; reload it".into()))
+            }
+            Some(Err(CommitError::Store(e))) => Err(e.into()),
+            None => Err(StoreError::Corrupt("the store answered no commit".into()).into()),
+        }
+    }
+
+    /// Hands a session this instance now owns (tenure `committed.epoch`)
+    /// to the runner, in an `invoke_agent` span: a child of the current span
+    /// (the request that started or resumed the turn; none for a takeover),
+    /// linked to the trace `link` names.
     fn spawn_runner(
         &self,
         key: SessionKey,
-        version: u64,
-        doc: SessionDoc,
-        taken_over_from: Option<String>,
+        session: Session,
+        committed: Committed,
+        takeover: Option<ownership::Takeover>,
         link: Option<String>,
     ) {
         let span = tracing::info_span!(
@@ -332,12 +437,12 @@ impl Sessions {
             { attr::GEN_AI_AGENT_NAME } = attr::AGENT_NAME,
             { attr::GEN_AI_AGENT_ID } = "main",
             { attr::GEN_AI_CONVERSATION_ID } = &*key.id,
-            { attr::GEN_AI_REQUEST_MODEL } = &doc.model,
+            { attr::GEN_AI_REQUEST_MODEL } = session.model(),
             { attr::SESSION_ID } = &*key.id,
             { attr::TENANT } = &*key.tenant,
             { attr::REPLICA } = &self.inner.replica,
-            { attr::DIALECT } = &doc.dialect,
-            { attr::TURN } = i64::from(doc.turn),
+            { attr::DIALECT } = session.dialect(),
+            { attr::TURN } = i64::from(session.turn()),
             { attr::TRACE_ID } = tracing::field::Empty,
         );
         if let Some(link) = &link {
@@ -346,102 +451,70 @@ impl Sessions {
         if let Some(trace_id) = trace::trace_id(&span) {
             span.record(attr::TRACE_ID, trace_id);
         }
-        if taken_over_from.is_some() {
+        if takeover.is_some() {
             self.inner.metrics.takeovers.inc();
         }
-        let running = run::Running::new(self.inner.shutdown.child_token());
+        let running = Running::new(self.inner.shutdown.child_token(), committed.epoch);
         self.inner.running.insert(key.clone(), running.clone());
-        let handle = RunHandle::new(self.clone(), key, version, doc, running, taken_over_from);
-        let runner = self.inner.runner.get().cloned();
-        let notifications = self.inner.store.notifications.clone();
-        let watched = handle.key().clone();
+        let sessions = self.clone();
         let metrics = self.inner.metrics.clone();
         self.inner.tasks.spawn(
             async move {
                 let _running = metrics.running_session();
-                // Relay decisions and cancels written elsewhere arrive as wake-ups.
-                if let Err(e) = notifications.watch(&watched).await {
-                    tracing::warn!(session = %watched.id, error = %e, "cannot watch for wake-ups; relying on polling");
+                let notifications = sessions.inner.store.notifications.clone();
+                // Decisions, cancels and takeovers elsewhere arrive as wake-ups.
+                if let Err(e) = notifications.watch(&key).await {
+                    tracing::warn!(session = %key.id, error = %e, "cannot watch for wake-ups");
                 }
-                match runner {
-                    Some(runner) => runner.run(handle).await,
-                    None => {
-                        let _ =
-                            handle.fail("no_orchestrator", "this replica has no orchestrator installed", None).await;
+                let pipe = sessions.inner.writer.open(key.clone(), committed.epoch).await;
+                let (from, continuation) = match takeover {
+                    Some(t) => {
+                        if t.cancel {
+                            running.stop(Stop::Cancel);
+                        }
+                        (Some(t.from), t.continuation)
                     }
-                }
-                let _ = notifications.unwatch(&watched).await;
+                    None => (None, None),
+                };
+                let handle = RunHandle::new(sessions.clone(), key.clone(), session, pipe, running, from, continuation);
+                sessions.inner.runner.run(handle).await;
+                let _ = notifications.unwatch(&key).await;
             }
             .instrument(span),
         );
     }
 
-    /// The session if `principal` may see it. The request's span gets the
-    /// session id and a link to the session's trace (its last turn may have
-    /// started on another replica, in another trace).
-    async fn load_visible(&self, principal: &Principal, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
-        let (version, doc) = self.load_raw(key).await?;
-        let visible =
-            doc.tenant == *principal.tenant && (doc.subject == principal.subject || principal.has_scope(ADMIN_SCOPE));
-        if !visible {
+    /// The session and its record if `principal` may see it. The request's
+    /// span gets the session id and a link to the session's trace (its
+    /// last turn may have started on another replica, in another trace).
+    async fn load_visible(
+        &self,
+        principal: &Principal,
+        key: &SessionKey,
+        history: bool,
+    ) -> Result<(Record, Session), SessionError> {
+        let (record, session) = self.load(key, history).await?.ok_or(SessionError::NotFound)?;
+        if !session.visible_to(&principal.tenant, &principal.subject, principal.has_scope(ADMIN_SCOPE)) {
             return Err(SessionError::NotFound);
         }
         let span = tracing::Span::current();
         span.record(attr::SESSION_ID, &*key.id);
-        if let Some(traceparent) = &doc.trace_parent {
+        if let Some(traceparent) = session.trace_parent() {
             trace::link_to(&span, traceparent);
         }
-        Ok((version, doc))
+        Ok((record, session))
     }
 
-    /// Like `load_visible`, but if the session's turn has just ended — the
-    /// `turn_ended` or `paused` event is in the log, the state write that
-    /// follows it is not yet — waits (briefly) for that write: a client that
-    /// sends its next message the moment it sees the end must not get a 409.
-    async fn load_settled(&self, principal: &Principal, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
-        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
-        loop {
-            let (version, doc) = self.load_visible(principal, key).await?;
-            if !doc.status.is_active() || tokio::time::Instant::now() >= deadline || !self.log_ends_turn(key).await? {
-                return Ok((version, doc));
-            }
-            tokio::time::sleep(SETTLE_POLL).await;
-        }
-    }
-
-    /// Whether the newest event in the session's log ends a stream.
-    async fn log_ends_turn(&self, key: &SessionKey) -> Result<bool, SessionError> {
-        let last = self.inner.store.log.read_after(key, u64::MAX - 1, 1).await?.last_seq;
-        if last == 0 {
-            return Ok(false);
-        }
-        let range = self.inner.store.log.read_after(key, last - 1, 1).await?;
-        let newest = range.events.first().and_then(|e| serde_json::from_str::<Event>(&e.payload).ok());
-        Ok(newest.is_some_and(|event| event.kind.ends_stream()))
-    }
-
-    /// The stored document, without an access check (internal use).
-    async fn load_raw(&self, key: &SessionKey) -> Result<(u64, SessionDoc), SessionError> {
-        let Some(Versioned { version, doc }) = self.inner.store.state.load(key).await? else {
-            return Err(SessionError::NotFound);
-        };
-        let doc = serde_json::from_str(&doc).map_err(|e| StoreError::Corrupt(format!("session document: {e}")))?;
-        Ok((version, doc))
-    }
-
-    /// Passes a wake-up to the turn of `key` if it runs on this replica: a
-    /// cancel request stops it, anything else (a decision) wakes its wait.
-    async fn wake_local(&self, key: &SessionKey) {
-        let Some(running) = self.inner.running.get(key).map(|r| r.clone()) else { return };
-        match self.load_raw(key).await {
-            Ok((_, doc)) if doc.cancel_requested => running.cancel.cancel(),
-            _ => running.wake.notify_one(),
-        }
+    /// The stored session, without an access check (internal use).
+    async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<(Record, Session)>, SessionError> {
+        let Some(record) = self.inner.store.sessions.load(key, history).await? else { return Ok(None) };
+        let session = decode(&record)?;
+        Ok(Some((record, session)))
     }
 
     /// Counts `key` as running for its tenant when the tenant caps running
     /// sessions (`check`: refuse past the cap; else just refresh). The count
-    /// expires with the lease, so a dead replica's sessions stop counting.
+    /// expires unless refreshed, so a dead replica's sessions stop counting.
     async fn hold_slot(&self, key: &SessionKey, check: bool) -> Result<bool, SessionError> {
         let limit = self.inner.config.tenants.get(&*key.tenant).and_then(|t| t.rate_limit);
         let Some(max) = limit.and_then(|l| l.max_concurrent_sessions) else { return Ok(true) };
@@ -462,22 +535,58 @@ impl Sessions {
         &*self.inner.store.quotas
     }
 
-    /// The session stopped running here (paused, ended, or lost).
-    async fn forget_running(&self, key: &SessionKey) {
-        self.inner.running.remove(key);
+    /// Tenure `epoch` of the session ended here (paused, ended, lost).
+    async fn forget_running(&self, key: &SessionKey, epoch: u64) {
+        let removed = self.inner.running.remove_if(key, |_, running| running.epoch == epoch).is_some();
+        if !removed {
+            return;
+        }
+        if self.inner.running.is_empty() {
+            self.inner.idle.notify_waiters();
+        }
         let capped = self.inner.config.tenants.get(&*key.tenant).and_then(|t| t.rate_limit);
         if capped.and_then(|l| l.max_concurrent_sessions).is_some()
             && let Err(e) = self.inner.store.quotas.release_slot(&key.tenant, &key.id).await
         {
-            tracing::warn!(session = %key.id, error = %e, "cannot release the session's slot; it expires with the lease");
+            tracing::warn!(session = %key.id, error = %e, "cannot release the session's slot; it expires by itself");
         }
-        if let Err(e) = self.inner.store.leases.forget(key).await {
-            tracing::warn!(session = %key.id, error = %e, "cannot drop the session from the lease index");
+    }
+
+    /// Restarts `key` here from its last commit once the store answers.
+    fn recover(&self, key: SessionKey) {
+        if !self.inner.halted.load(Ordering::SeqCst) {
+            self.inner.recovering.insert(key, ());
         }
+    }
+
+    /// Spawns `task` on the app's tracker.
+    fn spawn(self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.inner.tasks.spawn(task);
     }
 
     fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The seq of the newest event in the session's log.
+    pub async fn last_seq(&self, principal: &Principal, id: &str) -> Result<u64, SessionError> {
+        Ok(self.get(principal, id).await?.last_seq)
+    }
+
+    /// Simulates a crash (tests): stops everything without handing sessions off.
+    pub fn halt(&self) {
+        self.inner.halted.store(true, Ordering::SeqCst);
+        for running in self.inner.running.iter() {
+            running.stop(Stop::Lost);
+        }
+        self.inner.halt.cancel();
+        self.inner.shutdown.cancel();
+    }
+
+    /// Indexes a relay id so the relay endpoint, which names only the relay,
+    /// finds its session on any replica.
+    pub async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), SessionError> {
+        Ok(self.inner.store.relays.put_relay(relay_id, key).await?)
     }
 }
 
@@ -486,31 +595,55 @@ pub(crate) fn main_agent() -> AgentRef {
 }
 
 pub(crate) fn stamp(kind: EventKind, agent: AgentRef) -> Event {
-    Event { kind, agent, ts: crate::protocol::events::now_ms() }
+    Event { kind, agent, ts: now_ms() }
 }
 
-fn encode(doc: &SessionDoc) -> Result<String, SessionError> {
-    serde_json::to_string(doc).map_err(|e| SessionError::Store(StoreError::Corrupt(e.to_string())))
-}
-
-impl Sessions {
-    /// The seq of the newest event in the session's log.
-    pub async fn last_seq(&self, principal: &Principal, id: &str) -> Result<u64, SessionError> {
-        let key = SessionKey::new(principal.tenant.clone(), id);
-        Ok(self.inner.store.log.read_after(&key, u64::MAX - 1, 1).await?.last_seq)
-    }
-
-    /// Simulates a crash (tests): stops everything without handing leases off.
-    pub fn halt(&self) {
-        self.inner.halted.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.inner.shutdown.cancel();
+/// The fence of a command on a session as `record` was read.
+fn fence_of(record: &Record) -> Fence {
+    Fence::Unchanged {
+        version: record.version,
+        owner: record.owner.clone(),
+        epoch: record.epoch,
+        last_seq: record.last_seq,
     }
 }
 
-impl Sessions {
-    /// Indexes a relay id so the relay endpoint, which names only the relay,
-    /// finds its session on any replica.
-    pub async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), SessionError> {
-        Ok(self.inner.store.relays.put_relay(relay_id, key).await?)
-    }
+fn state_write(session: &Session) -> Result<StateWrite, SessionError> {
+    let doc = serde_json::to_string(session).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(StateWrite { doc, status: session.status().as_str() })
+}
+
+fn messages_write(session: &Session) -> Result<crate::store::MessagesWrite, SessionError> {
+    use crate::{domain::ConversationChange, store::MessagesWrite};
+    let encode = |messages: &[ChatMessage]| -> Result<Vec<String>, SessionError> {
+        messages
+            .iter()
+            .map(|m| serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()).into()))
+            .collect()
+    };
+    Ok(match session.conversation_change() {
+        ConversationChange::Unchanged => MessagesWrite::Keep,
+        ConversationChange::Append(messages) => MessagesWrite::Append(encode(messages)?),
+        ConversationChange::Replace(messages) => MessagesWrite::Replace(encode(messages)?),
+    })
+}
+
+fn encode_event(kind: EventKind) -> Result<String, SessionError> {
+    serde_json::to_string(&stamp(kind, main_agent())).map_err(|e| StoreError::Corrupt(e.to_string()).into())
+}
+
+/// The domain session a record holds.
+fn decode(record: &Record) -> Result<Session, SessionError> {
+    let session: Session =
+        serde_json::from_str(&record.doc).map_err(|e| StoreError::Corrupt(format!("session document: {e}")))?;
+    let history = match &record.messages {
+        Some(messages) => Some(
+            messages
+                .iter()
+                .map(|m| serde_json::from_str(m).map_err(|e| StoreError::Corrupt(format!("message: {e}"))))
+                .collect::<Result<Vec<ChatMessage>, StoreError>>()?,
+        ),
+        None => None,
+    };
+    Ok(session.restored(record.message_count as usize, history))
 }

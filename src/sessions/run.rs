@@ -1,94 +1,149 @@
 //! [`RunHandle`]: what the orchestrator holds while it runs a session's turn
-//! on this replica. Everything it does to the session goes through here:
-//! events (appended to the log), checkpoints (CAS on the state, fenced by the
-//! lease) and the end of the turn (pause, finish, fail), which releases the
-//! lease.
+//! on this replica, for one tenure. Everything it does to the session goes
+//! through here: a transition of the [`Session`] is applied in memory and
+//! its events are staged; [`RunHandle::commit`] writes the session's change
+//! and the staged events as one commit (through the writer, fenced by the
+//! tenure). Streamed events (text deltas) go out without waiting. The turn's
+//! end — finished, failed, cancelled, paused, handed off — is one commit
+//! that also gives the session up.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{SessionDoc, SessionError, Sessions, Status, encode, main_agent, stamp};
+use super::{
+    SessionError, Sessions, main_agent, stamp,
+    writer::{Change, Pipe, WriteError},
+};
 use crate::{
-    protocol::{AgentRef, EventKind, PendingCall, PendingRelay, TurnEndReason},
-    providers::Usage,
-    store::{LeaseOp, SessionKey, WriteOutcome},
+    domain::{AgentRef, ConversationChange, EventKind, Refused, RelayDecision, Session},
+    store::{MessagesWrite, SessionKey, StateWrite},
     telemetry::timing::UpstreamTime,
 };
 
-/// How often a checkpoint re-reads and retries after a concurrent write
-/// (a relay decision or a cancel written by another replica).
-const CHECKPOINT_RETRIES: usize = 5;
+/// Why a turn must stop where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// A cancel request: end the turn as cancelled.
+    Cancel,
+    /// This replica is draining: hand the session to another one.
+    Drain,
+    /// Another instance runs it now, or this one is going away without a
+    /// hand-off (shutdown, a simulated crash): write nothing.
+    Lost,
+    /// The store failed for too long: write nothing; the session is
+    /// restarted from its last commit once the store answers.
+    StoreDown,
+}
 
 /// This replica's hold on a running session.
 #[derive(Clone)]
 pub(super) struct Running {
-    /// Cancelled when the lease is lost, the session cancelled, or on shutdown.
+    /// Cancelled when the turn must stop; [`Running::stop`] says why.
     pub cancel: CancellationToken,
-    /// Notified when another replica wrote something the turn waits for.
+    reason: Arc<Mutex<Option<Stop>>>,
+    /// Notified when something was left for the turn (a relay decision).
     pub wake: Arc<Notify>,
     /// Time spent on upstream model and tool calls (`Server-Timing`).
     pub upstream: Arc<UpstreamTime>,
+    /// The tenure's commit that acquired the session.
+    pub epoch: u64,
 }
 
 impl Running {
-    pub fn new(cancel: CancellationToken) -> Self {
-        Self { cancel, wake: Arc::new(Notify::new()), upstream: Arc::default() }
+    pub fn new(cancel: CancellationToken, epoch: u64) -> Self {
+        Self { cancel, reason: Arc::default(), wake: Arc::new(Notify::new()), upstream: Arc::default(), epoch }
+    }
+
+    /// Stops the turn for `reason`; the first reason given wins.
+    pub fn stop(&self, reason: Stop) {
+        let mut current = self.reason.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        current.get_or_insert(reason);
+        self.cancel.cancel();
+    }
+
+    pub fn reason(&self) -> Option<Stop> {
+        *self.reason.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// Emits events for a session from anywhere (parallel tool calls,
+/// Emits streamed events for a session from anywhere (parallel tool calls,
 /// subagents) without holding the [`RunHandle`].
 #[derive(Clone)]
 pub struct Emitter {
     sessions: Sessions,
-    key: SessionKey,
+    pipe: Pipe,
 }
 
 impl Emitter {
-    /// Queues an event without waiting for it to be durable.
+    /// Queues an event; it reaches followers once committed.
     pub async fn emit(&self, agent: &AgentRef, kind: EventKind) -> Result<(), SessionError> {
         self.sessions.observe([&kind]);
-        Ok(self.sessions.hub().emit(&self.key, stamp(kind, agent.clone())).await?)
+        self.pipe.emit(vec![stamp(kind, agent.clone())]).await.map_err(write_error)
     }
+}
 
-    /// Appends events and waits until they are durable.
-    pub async fn append(&self, agent: &AgentRef, kinds: Vec<EventKind>) -> Result<u64, SessionError> {
-        self.sessions.observe(&kinds);
-        let events = kinds.into_iter().map(|k| stamp(k, agent.clone())).collect();
-        Ok(self.sessions.hub().append(&self.key, events).await?.1)
-    }
+/// What other replicas left for the running turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inbox {
+    pub cancel: bool,
+    /// Decisions on live relays: (relay id, decision).
+    pub decisions: Vec<(String, RelayDecision)>,
 }
 
 pub struct RunHandle {
     sessions: Sessions,
     key: SessionKey,
-    version: u64,
-    doc: SessionDoc,
+    session: Session,
+    pipe: Pipe,
     running: Running,
     taken_over_from: Option<String>,
+    /// Text of a step cut short that this run continues (provider prefill).
+    continuation: Option<String>,
+    /// Events of transitions applied since the last commit.
+    staged: Vec<EventKind>,
+    /// Relays any replica may decide, as of the last commit.
+    live_relays: Vec<String>,
+    clear_cancel: bool,
+    /// The tenure is over here ([`RunHandle::close`] ran).
+    closed: bool,
 }
 
 impl RunHandle {
     pub(super) fn new(
         sessions: Sessions,
         key: SessionKey,
-        version: u64,
-        doc: SessionDoc,
+        session: Session,
+        pipe: Pipe,
         running: Running,
         taken_over_from: Option<String>,
+        continuation: Option<String>,
     ) -> Self {
-        Self { sessions, key, version, doc, running, taken_over_from }
+        let live_relays = session.live_relays();
+        Self {
+            sessions,
+            key,
+            session,
+            pipe,
+            running,
+            taken_over_from,
+            continuation,
+            staged: Vec::new(),
+            live_relays,
+            clear_cancel: false,
+            closed: false,
+        }
     }
 
     pub fn key(&self) -> &SessionKey {
         &self.key
     }
 
-    /// The state as of the last checkpoint.
-    pub fn doc(&self) -> &SessionDoc {
-        &self.doc
+    /// The session as this run has it (its transitions applied, committed
+    /// or staged).
+    pub fn session(&self) -> &Session {
+        &self.session
     }
 
     pub fn sessions(&self) -> &Sessions {
@@ -96,14 +151,28 @@ impl RunHandle {
     }
 
     /// The replica this session was taken over from, when this run is a
-    /// restart from the last checkpoint after that replica died.
+    /// restart from the last commit after that replica stopped.
     pub fn taken_over_from(&self) -> Option<&str> {
         self.taken_over_from.as_deref()
     }
 
-    /// Cancelled when the turn must stop: lease lost, cancel, shutdown.
+    /// The text of the step this run continues, once (see
+    /// [`crate::domain::StepRestart::Continue`]).
+    pub fn take_continuation(&mut self) -> Option<String> {
+        self.continuation.take()
+    }
+
+    /// Cancelled when the turn must stop; [`RunHandle::stop_reason`] says why.
     pub fn cancelled(&self) -> &CancellationToken {
         &self.running.cancel
+    }
+
+    pub fn stop_reason(&self) -> Option<Stop> {
+        self.running.reason().or_else(|| match self.pipe.broken() {
+            Some(WriteError::Store(_)) => Some(Stop::StoreDown),
+            Some(_) => Some(Stop::Lost),
+            None => None,
+        })
     }
 
     /// Where model and tool calls add the time they waited upstream.
@@ -111,144 +180,188 @@ impl RunHandle {
         &self.running.upstream
     }
 
-    /// Notified when another replica wrote something for this session.
+    /// Notified when something was left for this turn.
     pub fn wake(&self) -> Arc<Notify> {
         self.running.wake.clone()
     }
 
     pub fn emitter(&self) -> Emitter {
-        Emitter { sessions: self.sessions.clone(), key: self.key.clone() }
+        Emitter { sessions: self.sessions.clone(), pipe: self.pipe.clone() }
     }
 
-    /// Queues an event without waiting for it to be durable.
+    /// Queues a streamed event of `agent`.
     pub async fn emit(&self, agent: &AgentRef, kind: EventKind) -> Result<(), SessionError> {
         self.emitter().emit(agent, kind).await
     }
 
-    /// Appends events and waits until they (and everything emitted before
-    /// them) are durable. Returns the seq of the last one.
-    pub async fn append(&self, agent: &AgentRef, kinds: Vec<EventKind>) -> Result<u64, SessionError> {
-        self.emitter().append(agent, kinds).await
-    }
-
-    /// Writes `update` of the state, fenced by the lease. A concurrent write
-    /// by another replica (a relay decision) is re-read and `update` applied
-    /// again on top of it.
-    pub async fn checkpoint(&mut self, update: impl Fn(&mut SessionDoc)) -> Result<(), SessionError> {
-        let lease = LeaseOp::Require {
-            replica: self.sessions.replica().to_string(),
-            ttl: self.sessions.config().store.lease_ttl,
-        };
-        self.write(update, lease).await
-    }
-
-    /// Re-reads the state written by others (after a wake-up).
-    pub async fn reload(&mut self) -> Result<&SessionDoc, SessionError> {
-        let (version, doc) = self.sessions.load_raw(&self.key).await?;
-        self.version = version;
-        self.doc = doc;
-        Ok(&self.doc)
-    }
-
-    /// Ends the stream for the client: the session waits for answers to
-    /// `calls` (and decisions on `relays`). Releases the lease.
-    pub async fn pause(mut self, relays: Vec<PendingRelay>, calls: Vec<PendingCall>) -> Result<(), SessionError> {
-        let event = EventKind::Paused { pending_relays: relays.clone(), pending_calls: calls.clone() };
-        let last_seq = self.append(&main_agent(), vec![event]).await?;
-        let release = LeaseOp::Release { replica: self.sessions.replica().to_string() };
-        self.write(
-            |doc| {
-                doc.status = Status::AwaitingClient;
-                doc.pending_relays = relays.clone();
-                doc.pending_calls = calls.clone();
-                doc.last_seq = last_seq;
-            },
-            release,
-        )
-        .await?;
-        self.stop().await;
-        Ok(())
-    }
-
-    /// Ends the turn normally. Releases the lease.
-    pub async fn finish(self, reason: TurnEndReason, iterations: u32, usage: Usage) -> Result<(), SessionError> {
-        self.end(reason, iterations, usage, None).await
-    }
-
-    /// Ends the turn with an error the client sees (`code`, `message`, and
-    /// for a rate limit how long to wait before retrying).
-    pub async fn fail(self, code: &str, message: &str, retry_after_secs: Option<u64>) -> Result<(), SessionError> {
-        let error = EventKind::Error { code: code.into(), message: message.into(), retry_after_secs };
-        self.append(&main_agent(), vec![error]).await?;
-        let usage = self.doc.usage;
-        self.end(TurnEndReason::Failed, 0, usage, Some(message.to_string())).await
-    }
-
-    async fn end(
-        mut self,
-        reason: TurnEndReason,
-        iterations: u32,
-        usage: Usage,
-        error: Option<String>,
+    /// Applies a transition to the session and stages its events (written
+    /// by the next [`RunHandle::commit`]).
+    pub fn apply(
+        &mut self,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, Refused>,
     ) -> Result<(), SessionError> {
-        let event = EventKind::TurnEnded { reason, iterations, usage };
-        let last_seq = self.append(&main_agent(), vec![event]).await?;
-        let status = match reason {
-            TurnEndReason::Final | TurnEndReason::MaxIterations => Status::Completed,
-            TurnEndReason::Failed => Status::Failed,
-            TurnEndReason::Cancelled => Status::Cancelled,
-        };
-        let release = LeaseOp::Release { replica: self.sessions.replica().to_string() };
-        self.write(
-            |doc| {
-                doc.status = status;
-                doc.pending_relays.clear();
-                doc.pending_calls.clear();
-                doc.last_seq = last_seq;
-                doc.error = error.clone();
-            },
-            release,
-        )
-        .await?;
-        self.stop().await;
+        let events = transition(&mut self.session)?;
+        self.staged.extend(events);
         Ok(())
     }
 
-    async fn write(&mut self, update: impl Fn(&mut SessionDoc), lease: LeaseOp) -> Result<(), SessionError> {
-        for _ in 0..CHECKPOINT_RETRIES {
-            let mut doc = self.doc.clone();
-            update(&mut doc);
-            doc.updated_ms = crate::protocol::events::now_ms();
-            let outcome = self
-                .sessions
-                .store()
-                .state
-                .compare_and_set(&self.key, self.version, &encode(&doc)?, lease.clone())
-                .await?;
-            match outcome {
-                WriteOutcome::Written(version) => {
-                    self.version = version;
-                    self.doc = doc;
-                    return Ok(());
-                }
-                WriteOutcome::VersionConflict => {
-                    self.reload().await?;
-                    if self.doc.owner.as_deref() != Some(self.sessions.replica()) || !self.doc.status.is_active() {
-                        self.running.cancel.cancel();
-                        return Err(SessionError::Conflict("the session was taken over or stopped".into()));
-                    }
-                }
-                WriteOutcome::LeaseConflict => {
-                    self.running.cancel.cancel();
-                    return Err(SessionError::Conflict("this replica lost the session's lease".into()));
-                }
+    /// Applies a transition and commits it.
+    pub async fn transition(
+        &mut self,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, Refused>,
+    ) -> Result<(), SessionError> {
+        self.apply(transition)?;
+        self.commit().await
+    }
+
+    /// The cancel request has been taken up (by a transition about to be
+    /// committed).
+    pub fn cancel_taken(&mut self) {
+        self.clear_cancel = true;
+    }
+
+    /// Writes the session as it stands and the staged events, in one commit.
+    pub async fn commit(&mut self) -> Result<(), SessionError> {
+        self.write(false).await
+    }
+
+    /// Reads what other replicas left for this turn. Finding that another
+    /// instance runs the session now stops the turn.
+    pub async fn inbox(&mut self) -> Result<Inbox, SessionError> {
+        let record = self.sessions.store().sessions.load(&self.key, false).await?.ok_or(SessionError::NotFound)?;
+        if record.owner.as_deref() != Some(self.sessions.instance()) || record.epoch != self.running.epoch {
+            self.running.stop(Stop::Lost);
+            return Err(SessionError::Conflict("another replica runs this session now".into()));
+        }
+        if record.cancel_requested {
+            self.running.stop(Stop::Cancel);
+        }
+        let decisions = (record.relays.into_iter())
+            .filter_map(|(id, decision)| Some((id, serde_json::from_str(&decision?).ok()?)))
+            .collect();
+        Ok(Inbox { cancel: record.cancel_requested, decisions })
+    }
+
+    /// Applies the transition that ends the turn (or pauses it) and commits
+    /// it, giving the session up.
+    pub async fn end(
+        mut self,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, Refused>,
+    ) -> Result<(), SessionError> {
+        let result = match self.apply(transition) {
+            Ok(()) => self.write(true).await,
+            Err(e) => Err(e),
+        };
+        self.close().await;
+        result
+    }
+
+    /// Gives the session up as it is (draining): another replica carries
+    /// the turn on from this commit, at once.
+    pub async fn hand_off(mut self) -> Result<(), SessionError> {
+        let result = self.write(true).await;
+        self.close().await;
+        result
+    }
+
+    /// Stops running here without writing anything more. Unless another
+    /// instance runs the session now, it is restarted here from its last
+    /// commit (once the store answers, when the store is what stopped it).
+    pub async fn abandon(mut self) {
+        self.close().await;
+    }
+
+    /// Ends the run as its stop reason says: a cancel request ends the turn
+    /// cancelled, a drain hands the session off, anything else leaves it
+    /// ([`RunHandle::abandon`]).
+    pub async fn stop(mut self) -> Result<(), SessionError> {
+        match self.stop_reason() {
+            Some(Stop::Cancel) => {
+                self.cancel_taken();
+                self.end(|s| s.cancel()).await
+            }
+            Some(Stop::Drain) => self.hand_off().await,
+            _ => {
+                self.abandon().await;
+                Ok(())
             }
         }
-        Err(SessionError::Conflict("the session keeps changing under this turn".into()))
     }
 
-    /// No longer running here: stop renewing and drop it from the lease index.
-    async fn stop(&self) {
-        self.sessions.forget_running(&self.key).await;
+    async fn write(&mut self, release: bool) -> Result<(), SessionError> {
+        let events: Vec<_> = std::mem::take(&mut self.staged);
+        self.sessions.observe(&events);
+        let live = self.session.live_relays();
+        let open_relays = live.iter().filter(|r| !self.live_relays.contains(r)).cloned().collect();
+        let close_relays = self.live_relays.iter().filter(|r| !live.contains(r)).cloned().collect();
+        let messages = match self.session.conversation_change() {
+            ConversationChange::Unchanged => MessagesWrite::Keep,
+            ConversationChange::Append(messages) => MessagesWrite::Append(encode_all(messages)?),
+            ConversationChange::Replace(messages) => MessagesWrite::Replace(encode_all(messages)?),
+        };
+        let doc = serde_json::to_string(&self.session).map_err(|e| SessionError::Invalid(e.to_string()))?;
+        let change = Change {
+            events: events.into_iter().map(|kind| stamp(kind, main_agent())).collect(),
+            state: Some(StateWrite { doc, status: self.session.status().as_str() }),
+            messages,
+            release,
+            open_relays,
+            close_relays,
+            clear_cancel: std::mem::take(&mut self.clear_cancel),
+        };
+        self.pipe.commit(change).await.map_err(|e| {
+            match e {
+                WriteError::Store(_) => self.running.stop(Stop::StoreDown),
+                _ => self.running.stop(Stop::Lost),
+            }
+            write_error(e)
+        })?;
+        self.session.conversation_saved();
+        self.live_relays = live;
+        Ok(())
+    }
+
+    /// No longer running here.
+    async fn close(&mut self) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        self.pipe.close().await;
+        self.sessions.forget_running(&self.key, self.running.epoch).await;
+        if matches!(self.stop_reason(), None | Some(Stop::StoreDown)) && self.session.status().is_active() {
+            self.sessions.recover(self.key.clone());
+        }
+    }
+}
+
+/// A handle dropped without ending its turn (a runner that returned early,
+/// or panicked) still gives its session up here; the session is restarted
+/// from its last commit, as after a store failure.
+impl Drop for RunHandle {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let (pipe, sessions, key, epoch) =
+            (self.pipe.clone(), self.sessions.clone(), self.key.clone(), self.running.epoch);
+        self.running.stop(Stop::StoreDown);
+        sessions.clone().spawn(async move {
+            pipe.close().await;
+            sessions.forget_running(&key, epoch).await;
+            sessions.recover(key);
+        });
+    }
+}
+
+fn encode_all(messages: &[crate::domain::ChatMessage]) -> Result<Vec<String>, SessionError> {
+    messages.iter().map(|m| serde_json::to_string(m).map_err(|e| SessionError::Invalid(e.to_string()))).collect()
+}
+
+fn write_error(error: WriteError) -> SessionError {
+    match error {
+        WriteError::Store(e) => SessionError::Store(e),
+        WriteError::Fenced => SessionError::Conflict("another replica runs this session now".into()),
+        WriteError::Stopped => SessionError::Store(crate::store::StoreError::Unavailable("shutting down".into())),
     }
 }

@@ -1,15 +1,16 @@
 //! The in-memory store: the embedded default, for one replica. It keeps the
-//! same contract as the Redis store (versions, fenced appends, leases, the
-//! lease and relay indexes, notices for watched sessions) inside the process.
+//! same contract as the Redis store (atomic fenced commits, the gapless log,
+//! heartbeats and ownership, the relay index, notices for watched sessions)
+//! inside the process, under one lock.
 //!
 //! What it does not do: nothing survives a restart and nothing is shared
 //! between processes, so session TTLs are not enforced (a session lives as
 //! long as the process; the TTL exists in Redis to reclaim what abandoned
-//! sessions leave behind). Leases do expire, by `tokio::time::Instant`
-//! deadlines: an expired lease is treated as absent everywhere.
+//! sessions leave behind). Heartbeats do expire, by `tokio::time::Instant`
+//! deadlines.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     sync::{Mutex, MutexGuard, OnceLock},
     time::Duration,
 };
@@ -20,8 +21,9 @@ use async_trait::async_trait;
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{
-    AppendBatch, EventLog, Health, LeaseOp, Leases, LogRange, Notice, Notifications, RelayIndex, SessionKey,
-    StateStore, StoreError, StoredEvent, Versioned, WriteOutcome,
+    CancelRequest, Commit, CommitError, Committed, Conflict, Decided, EventLog, Fence, Health, LogRange, MessagesWrite,
+    Notice, Notifications, OwnerChange, Record, RelayIndex, Replicas, SessionKey, SessionStore, StoreError,
+    StoredEvent,
 };
 use crate::config::StoreConfig;
 
@@ -31,14 +33,14 @@ pub struct MemoryStore {
     quotas: Mutex<quotas::QuotaState>,
     /// One std mutex over everything, not a sharded map: every operation is
     /// a few map lookups with no await while it is held, and one lock makes
-    /// the multi-structure updates (state + lease + lease index; log + lease
-    /// check) atomic with no further thought.
+    /// a commit (state, messages, log, owner, indexes) atomic with no
+    /// further thought.
     inner: Mutex<Inner>,
     max_len: usize,
     notices: mpsc::Sender<Notice>,
     /// Feeds a task that forwards to `notices`, started at the first notice
-    /// (inside the runtime). Like Redis PUBLISH, an append never waits for
-    /// the session layer to drain its notices (it may be the appender
+    /// (inside the runtime). Like Redis PUBLISH, a commit never waits for
+    /// the session layer to drain its notices (it may be the committer
     /// itself); order is kept and nothing is dropped. The queue is unbounded
     /// like the Redis client's own subscription buffer; it only grows while
     /// the notice consumer is stalled.
@@ -47,67 +49,33 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Inner {
-    sessions: HashMap<SessionKey, Session>,
-    /// Lease deadlines as last written by acquire or renew.
-    lease_index: HashMap<SessionKey, Instant>,
+    sessions: HashMap<SessionKey, Stored>,
+    /// Instance → heartbeat deadline.
+    replicas: HashMap<String, Instant>,
+    owned: HashMap<String, HashSet<SessionKey>>,
+    orphans: HashSet<SessionKey>,
     relays: HashMap<String, SessionKey>,
     /// Watch counts.
     watched: HashMap<SessionKey, usize>,
 }
 
-/// One session's records; any of them may be missing, as Redis keys may.
+/// One session's records, as the Redis hash, list and stream hold them.
 #[derive(Default)]
-struct Session {
-    state: Option<Versioned>,
-    lease: Option<Lease>,
-    log: VecDeque<StoredEvent>,
-    /// Seq of the last event ever appended (survives trimming).
+struct Stored {
+    version: u64,
+    doc: String,
+    status: String,
+    owner: String,
+    last_owner: String,
+    epoch: u64,
+    commit_n: u64,
     last_seq: u64,
-}
-
-struct Lease {
-    replica: String,
-    deadline: Instant,
-}
-
-impl Session {
-    fn holder(&self, now: Instant) -> Option<&str> {
-        self.lease.as_ref().filter(|lease| lease.deadline > now).map(|lease| lease.replica.as_str())
-    }
-}
-
-/// What a successful lease operation does to the lease index.
-enum IndexChange {
-    Keep,
-    Set(Instant),
-    Remove,
-}
-
-/// Checks and applies `op`; on `Err` nothing changed.
-fn apply_lease(session: &mut Session, op: &LeaseOp, now: Instant) -> Result<IndexChange, ()> {
-    let holder = session.holder(now);
-    match op {
-        LeaseOp::None => Ok(IndexChange::Keep),
-        LeaseOp::Acquire { replica, ttl } | LeaseOp::Require { replica, ttl } => {
-            let allowed = match op {
-                LeaseOp::Acquire { .. } => holder.is_none_or(|h| h == replica),
-                _ => holder == Some(replica.as_str()),
-            };
-            if !allowed {
-                return Err(());
-            }
-            let deadline = now + *ttl;
-            session.lease = Some(Lease { replica: replica.clone(), deadline });
-            Ok(IndexChange::Set(deadline))
-        }
-        LeaseOp::Release { replica } => {
-            if holder.is_some_and(|h| h != replica) {
-                return Err(());
-            }
-            session.lease = None;
-            Ok(IndexChange::Remove)
-        }
-    }
+    checkpoint_seq: u64,
+    turn_start_seq: u64,
+    messages: Vec<String>,
+    log: VecDeque<StoredEvent>,
+    relays: BTreeMap<String, Option<String>>,
+    cancel: bool,
 }
 
 impl MemoryStore {
@@ -149,106 +117,187 @@ impl MemoryStore {
         }
     }
 
-    fn write_state(&self, key: &SessionKey, expected: Option<u64>, doc: &str, lease: &LeaseOp) -> WriteOutcome {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        // A failed CAS on an unknown session must not leave an empty entry.
-        let session = match expected {
-            None => inner.sessions.entry(key.clone()).or_default(),
-            Some(_) => match inner.sessions.get_mut(key) {
-                Some(session) => session,
-                None => return WriteOutcome::VersionConflict,
-            },
-        };
-        let version = match (expected, &session.state) {
-            (None, None) => 1,
-            (Some(expected), Some(state)) if state.version == expected => expected + 1,
-            _ => return WriteOutcome::VersionConflict,
-        };
-        let Ok(change) = apply_lease(session, lease, now) else {
-            return WriteOutcome::LeaseConflict;
-        };
-        session.state = Some(Versioned { version, doc: doc.to_string() });
-        match change {
-            IndexChange::Keep => {}
-            IndexChange::Set(deadline) => {
-                inner.lease_index.insert(key.clone(), deadline);
-            }
-            IndexChange::Remove => {
-                inner.lease_index.remove(key);
+    /// One commit under the lock; notices to send after it.
+    fn apply(&self, inner: &mut Inner, commit: &Commit, notices: &mut Vec<Notice>) -> Result<Committed, CommitError> {
+        let exists = inner.sessions.contains_key(&commit.key);
+        let mut duplicate = false;
+        {
+            let current = inner.sessions.get(&commit.key);
+            match (&commit.fence, current) {
+                (Fence::Absent, Some(_)) => return Err(CommitError::Conflict(Conflict::Exists)),
+                (Fence::Absent, None) => {}
+                (Fence::Unchanged { version, owner, epoch, last_seq }, Some(s)) => {
+                    let same_owner = owner.as_deref().unwrap_or("") == s.owner;
+                    if s.version != *version || s.epoch != *epoch || s.last_seq != *last_seq || !same_owner {
+                        return Err(CommitError::Conflict(Conflict::Changed));
+                    }
+                }
+                (Fence::Unchanged { .. }, None) => return Err(CommitError::Conflict(Conflict::Changed)),
+                (Fence::Owner { instance, epoch, n }, Some(s)) => {
+                    if s.owner != *instance || s.epoch != *epoch {
+                        return Err(CommitError::Conflict(Conflict::Fenced));
+                    }
+                    if *n <= s.commit_n {
+                        duplicate = true;
+                    } else if *n != s.commit_n + 1 {
+                        return Err(CommitError::Conflict(Conflict::Fenced));
+                    }
+                }
+                (Fence::Owner { .. }, None) => return Err(CommitError::Conflict(Conflict::Fenced)),
             }
         }
-        WriteOutcome::Written(version)
+        if !exists {
+            inner.sessions.insert(commit.key.clone(), Stored::default());
+        }
+        let Some(s) = inner.sessions.get_mut(&commit.key) else {
+            return Err(CommitError::Store(StoreError::Corrupt("session vanished under the lock".into())));
+        };
+        if duplicate {
+            let first_seq = (s.last_seq + 1).saturating_sub(commit.events.len() as u64);
+            return Ok(Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq });
+        }
+        if let Fence::Owner { n, .. } = &commit.fence {
+            s.commit_n = *n;
+        }
+        let previous = s.owner.clone();
+        match &commit.owner {
+            OwnerChange::Keep => {}
+            OwnerChange::Acquire(instance) => {
+                s.owner = instance.clone();
+                s.last_owner = instance.clone();
+                s.epoch += 1;
+                s.commit_n = 0;
+            }
+            OwnerChange::Release => s.owner.clear(),
+        }
+        match &commit.messages {
+            MessagesWrite::Keep => {}
+            MessagesWrite::Append(messages) => s.messages.extend(messages.iter().cloned()),
+            MessagesWrite::Replace(messages) => s.messages = messages.clone(),
+        }
+        let first_seq = s.last_seq + 1;
+        if commit.turn_start {
+            s.turn_start_seq = s.last_seq;
+        }
+        for payload in &commit.events {
+            s.last_seq += 1;
+            s.log.push_back(StoredEvent { seq: s.last_seq, payload: payload.clone() });
+        }
+        let excess = s.log.len().saturating_sub(self.max_len);
+        s.log.drain(..excess);
+        if let Some(state) = &commit.state {
+            s.version += 1;
+            s.doc = state.doc.clone();
+            s.status = state.status.to_string();
+            s.checkpoint_seq = s.last_seq;
+        }
+        for relay in &commit.open_relays {
+            s.relays.insert(relay.clone(), None);
+        }
+        for relay in &commit.close_relays {
+            s.relays.remove(relay);
+        }
+        if commit.clear_cancel {
+            s.cancel = false;
+        }
+        let committed = Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq };
+        let (owner, active) = (s.owner.clone(), matches!(s.status.as_str(), "running" | "awaiting_relay"));
+        let watched = inner.watched.contains_key(&commit.key);
+        if watched && !commit.events.is_empty() {
+            notices.push(Notice::Appended {
+                key: commit.key.clone(),
+                last_seq: committed.last_seq,
+                by: Some(commit.by.clone()),
+            });
+        }
+        match &commit.owner {
+            OwnerChange::Keep => {}
+            OwnerChange::Acquire(instance) => {
+                inner.owned.entry(instance.clone()).or_default().insert(commit.key.clone());
+                inner.orphans.remove(&commit.key);
+                if watched && !previous.is_empty() && previous != owner {
+                    notices.push(Notice::Wake { key: commit.key.clone() });
+                }
+            }
+            OwnerChange::Release => {
+                if let Some(owned) = inner.owned.get_mut(&previous) {
+                    owned.remove(&commit.key);
+                }
+                if active {
+                    inner.orphans.insert(commit.key.clone());
+                    notices.push(Notice::Orphaned);
+                }
+            }
+        }
+        Ok(committed)
     }
 }
 
 #[async_trait]
-impl StateStore for MemoryStore {
-    async fn create(&self, key: &SessionKey, doc: &str, lease: LeaseOp) -> Result<WriteOutcome, StoreError> {
-        Ok(self.write_state(key, None, doc, &lease))
+impl SessionStore for MemoryStore {
+    async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError> {
+        let inner = self.lock();
+        Ok(inner.sessions.get(key).map(|s| Record {
+            version: s.version,
+            doc: s.doc.clone(),
+            owner: (!s.owner.is_empty()).then(|| s.owner.clone()),
+            last_owner: (!s.last_owner.is_empty()).then(|| s.last_owner.clone()),
+            epoch: s.epoch,
+            last_seq: s.last_seq,
+            checkpoint_seq: s.checkpoint_seq,
+            turn_start_seq: s.turn_start_seq,
+            message_count: s.messages.len() as u64,
+            messages: history.then(|| s.messages.clone()),
+            cancel_requested: s.cancel,
+            relays: s.relays.iter().map(|(id, decision)| (id.clone(), decision.clone())).collect(),
+        }))
     }
 
-    async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
-        Ok(self.lock().sessions.get(key).and_then(|s| s.state.clone()))
-    }
-
-    async fn compare_and_set(
-        &self,
-        key: &SessionKey,
-        expected: u64,
-        doc: &str,
-        lease: LeaseOp,
-    ) -> Result<WriteOutcome, StoreError> {
-        Ok(self.write_state(key, Some(expected), doc, &lease))
-    }
-}
-
-#[async_trait]
-impl EventLog for MemoryStore {
-    /// An empty batch is answered `Ok((0, 0))` with no fencing check and no
-    /// notice, as in the Redis store.
-    async fn append(&self, batches: &[AppendBatch]) -> Vec<Result<(u64, u64), StoreError>> {
-        let now = Instant::now();
+    async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
         let mut notices = Vec::new();
         let results = {
             let mut inner = self.lock();
-            let inner = &mut *inner;
-            batches
-                .iter()
-                .map(|batch| {
-                    if batch.payloads.is_empty() {
-                        return Ok((0, 0));
-                    }
-                    // No entry, no lease: nothing to create for a refused batch.
-                    let Some(session) = inner
-                        .sessions
-                        .get_mut(&batch.key)
-                        .filter(|session| session.holder(now) == Some(batch.replica.as_str()))
-                    else {
-                        return Err(StoreError::NotLeaseholder);
-                    };
-                    let first = session.last_seq + 1;
-                    for payload in &batch.payloads {
-                        session.last_seq += 1;
-                        session.log.push_back(StoredEvent { seq: session.last_seq, payload: payload.clone() });
-                    }
-                    let excess = session.log.len().saturating_sub(self.max_len);
-                    session.log.drain(..excess);
-                    if inner.watched.contains_key(&batch.key) {
-                        notices.push(Notice::Appended {
-                            key: batch.key.clone(),
-                            last_seq: session.last_seq,
-                            by: Some(batch.replica.clone()),
-                        });
-                    }
-                    Ok((first, session.last_seq))
-                })
-                .collect()
+            commits.iter().map(|commit| self.apply(&mut inner, commit, &mut notices)).collect()
         };
         self.notify(notices);
         results
     }
 
+    async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
+        let watched = {
+            let mut inner = self.lock();
+            let Some(session) = inner.sessions.get_mut(key) else { return Ok(Decided::Missing) };
+            match session.relays.get_mut(relay_id) {
+                Some(slot @ None) => *slot = Some(decision.to_string()),
+                _ => return Ok(Decided::AlreadyDecided),
+            }
+            inner.watched.contains_key(key)
+        };
+        if watched {
+            self.notify(vec![Notice::Wake { key: key.clone() }]);
+        }
+        Ok(Decided::Recorded)
+    }
+
+    async fn request_cancel(&self, key: &SessionKey) -> Result<CancelRequest, StoreError> {
+        let watched = {
+            let mut inner = self.lock();
+            let Some(session) = inner.sessions.get_mut(key) else { return Ok(CancelRequest::Missing) };
+            if !matches!(session.status.as_str(), "running" | "awaiting_relay") {
+                return Ok(CancelRequest::NotRunning(session.status.clone()));
+            }
+            session.cancel = true;
+            inner.watched.contains_key(key)
+        };
+        if watched {
+            self.notify(vec![Notice::Wake { key: key.clone() }]);
+        }
+        Ok(CancelRequest::Recorded)
+    }
+}
+
+#[async_trait]
+impl EventLog for MemoryStore {
     async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError> {
         let inner = self.lock();
         let Some(session) = inner.sessions.get(key) else {
@@ -264,44 +313,65 @@ impl EventLog for MemoryStore {
 }
 
 #[async_trait]
-impl Leases for MemoryStore {
-    async fn renew(&self, key: &SessionKey, replica: &str, ttl: Duration) -> Result<bool, StoreError> {
+impl Replicas for MemoryStore {
+    async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<bool, StoreError> {
         let now = Instant::now();
-        let mut inner = self.lock();
-        let Some(session) = inner.sessions.get_mut(key) else {
-            return Ok(false);
-        };
-        let op = LeaseOp::Require { replica: replica.to_string(), ttl };
-        match apply_lease(session, &op, now) {
-            Ok(IndexChange::Set(deadline)) => {
-                inner.lease_index.insert(key.clone(), deadline);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        let before = self.lock().replicas.insert(instance.to_string(), now + ttl);
+        Ok(before.is_some_and(|deadline| deadline > now))
     }
 
-    async fn owner(&self, key: &SessionKey) -> Result<Option<String>, StoreError> {
+    async fn alive(&self, instance: &str) -> Result<bool, StoreError> {
         let now = Instant::now();
-        Ok(self.lock().sessions.get(key).and_then(|s| s.holder(now)).map(str::to_string))
+        Ok(self.lock().replicas.get(instance).is_some_and(|deadline| *deadline > now))
     }
 
-    async fn expired(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+    async fn leave(&self, instance: &str) -> Result<(), StoreError> {
+        let now = Instant::now();
+        self.lock().replicas.insert(instance.to_string(), now);
+        Ok(())
+    }
+
+    async fn dead(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         let now = Instant::now();
         let inner = self.lock();
-        let mut expired: Vec<(&Instant, &SessionKey)> = inner
-            .lease_index
-            .iter()
-            .filter(|(_, deadline)| **deadline <= now)
-            .map(|(key, deadline)| (deadline, key))
-            .collect();
-        // Oldest deadline first, as the Redis zset orders them.
-        expired.sort();
-        Ok(expired.into_iter().take(limit).map(|(_, key)| key.clone()).collect())
+        let mut dead: Vec<(&Instant, &String)> =
+            inner.replicas.iter().filter(|(_, deadline)| **deadline <= now).map(|(i, d)| (d, i)).collect();
+        dead.sort();
+        Ok(dead.into_iter().take(limit).map(|(_, instance)| instance.clone()).collect())
     }
 
-    async fn forget(&self, key: &SessionKey) -> Result<(), StoreError> {
-        self.lock().lease_index.remove(key);
+    async fn owned(&self, instance: &str, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        let inner = self.lock();
+        Ok(inner.owned.get(instance).map(|keys| keys.iter().take(limit).cloned().collect()).unwrap_or_default())
+    }
+
+    async fn disown(&self, instance: &str, keys: &[SessionKey]) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let empty = match inner.owned.get_mut(instance) {
+            Some(owned) => {
+                for key in keys {
+                    owned.remove(key);
+                }
+                owned.is_empty()
+            }
+            None => true,
+        };
+        if empty {
+            inner.owned.remove(instance);
+            if inner.replicas.get(instance).is_some_and(|deadline| *deadline <= now) {
+                inner.replicas.remove(instance);
+            }
+        }
+        Ok(())
+    }
+
+    async fn orphans(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        Ok(self.lock().orphans.iter().take(limit).cloned().collect())
+    }
+
+    async fn adopted(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.lock().orphans.remove(key);
         Ok(())
     }
 }
@@ -335,78 +405,11 @@ impl Notifications for MemoryStore {
         }
         Ok(())
     }
-
-    async fn wake(&self, key: &SessionKey) -> Result<(), StoreError> {
-        let watched = self.lock().watched.contains_key(key);
-        if watched {
-            self.notify(vec![Notice::Wake { key: key.clone() }]);
-        }
-        Ok(())
-    }
 }
 
 #[async_trait]
 impl Health for MemoryStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn store(max_len: u64) -> (MemoryStore, mpsc::Receiver<Notice>) {
-        let config = StoreConfig {
-            redis_url: None,
-            key_prefix: "sb:".to_string(),
-            session_ttl: Duration::from_secs(60),
-            event_log_max_len: max_len,
-            lease_ttl: Duration::from_secs(10),
-        };
-        let (tx, rx) = mpsc::channel(16);
-        (MemoryStore::new(&config, tx), rx)
-    }
-
-    fn acquire(replica: &str, secs: u64) -> LeaseOp {
-        LeaseOp::Acquire { replica: replica.to_string(), ttl: Duration::from_secs(secs) }
-    }
-
-    /// A lease renewed for zero time ends at once (deadline == now), which
-    /// exercises expiry deterministically, without waiting.
-    #[tokio::test]
-    async fn a_lease_is_absent_once_its_deadline_passes() {
-        let (store, _rx) = store(10);
-        let key = SessionKey::new("acme", "s1");
-        assert_eq!(store.create(&key, "{}", acquire("a", 60)).await, Ok(WriteOutcome::Written(1)));
-        assert_eq!(store.owner(&key).await, Ok(Some("a".to_string())));
-        assert_eq!(store.expired(10).await, Ok(vec![]));
-        assert_eq!(store.compare_and_set(&key, 1, "{}", acquire("b", 60)).await, Ok(WriteOutcome::LeaseConflict));
-
-        assert_eq!(store.renew(&key, "a", Duration::ZERO).await, Ok(true));
-        assert_eq!(store.owner(&key).await, Ok(None));
-        assert_eq!(store.expired(10).await, Ok(vec![key.clone()]));
-        assert_eq!(store.renew(&key, "a", Duration::from_secs(60)).await, Ok(false));
-        let batch = AppendBatch { key: key.clone(), replica: "a".to_string(), payloads: vec!["1".to_string()] };
-        assert_eq!(store.append(&[batch]).await, vec![Err(StoreError::NotLeaseholder)]);
-        let require = LeaseOp::Require { replica: "a".to_string(), ttl: Duration::from_secs(60) };
-        assert_eq!(store.compare_and_set(&key, 1, "{}", require).await, Ok(WriteOutcome::LeaseConflict));
-        assert_eq!(store.compare_and_set(&key, 1, "{}", acquire("b", 60)).await, Ok(WriteOutcome::Written(2)));
-        assert_eq!(store.owner(&key).await, Ok(Some("b".to_string())));
-        assert_eq!(store.expired(10).await, Ok(vec![]));
-    }
-
-    #[tokio::test]
-    async fn the_log_keeps_only_the_newest_events() {
-        let (store, _rx) = store(3);
-        let key = SessionKey::new("acme", "s1");
-        store.create(&key, "{}", acquire("a", 10)).await.unwrap();
-        let payloads = (1..=5).map(|n| n.to_string()).collect();
-        let batch = AppendBatch { key: key.clone(), replica: "a".to_string(), payloads };
-        assert_eq!(store.append(&[batch]).await, vec![Ok((1, 5))]);
-        let range = store.read_after(&key, 0, 10).await.unwrap();
-        assert_eq!((range.first_seq, range.last_seq), (3, 5));
-        let seqs: Vec<u64> = range.events.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, [3, 4, 5]);
     }
 }

@@ -2,9 +2,13 @@
 //! choice of backend from the configuration (Redis when `store.redis_url` is
 //! set, the in-memory store otherwise).
 //!
-//! This module owns persistence only. The store keeps opaque documents and
-//! event payloads (JSON text); what a session *means* (its state machine,
-//! who may touch it, takeover) belongs to `sessions`.
+//! This module owns persistence only. The store keeps opaque documents,
+//! messages and event payloads (JSON text); what a session *means* (its
+//! state machine) belongs to `domain`, who may touch it and who runs it to
+//! `sessions`. What the store guarantees: a [`Commit`] — a session's new
+//! state, its new messages and the events they imply — is applied whole or
+//! not at all, fenced by its owner's tenure, so the log and the state never
+//! disagree.
 //!
 //! Every operation is timed (`timed.rs`, a decorator over the backend).
 //!
@@ -62,9 +66,6 @@ pub enum StoreError {
     /// The backend did not answer (connection refused, timeout, pool exhausted).
     #[error("store unavailable: {0}")]
     Unavailable(String),
-    /// A fenced write was refused: this replica does not hold the session's lease.
-    #[error("this replica does not hold the lease")]
-    NotLeaseholder,
     /// The backend answered something this code cannot read.
     #[error("store data is corrupt: {0}")]
     Corrupt(String),
@@ -74,81 +75,213 @@ impl StoreError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unavailable(_) => "store_unavailable",
-            Self::NotLeaseholder => "not_leaseholder",
             Self::Corrupt(_) => "store_corrupt",
         }
     }
 }
 
-/// A state document and its version (1 after create, +1 per successful CAS).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned {
+/// A session as stored: its state document, the fields that fence writes
+/// to it, its inbox (what other replicas left for its owner), and, when
+/// asked for, its conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Record {
+    /// 1 after create, +1 per commit that writes the document.
     pub version: u64,
-    /// The document, JSON text.
+    /// The state document (JSON text).
     pub doc: String,
+    /// The instance that runs it (see [`Replicas`]), if any.
+    pub owner: Option<String>,
+    /// The instance that ran it last (or runs it).
+    pub last_owner: Option<String>,
+    /// +1 at every change of owner: a new tenure.
+    pub epoch: u64,
+    /// The newest event's seq (0 before the first).
+    pub last_seq: u64,
+    /// `last_seq` as of the last commit that wrote the document: events
+    /// after it are the output of a step in progress.
+    pub checkpoint_seq: u64,
+    /// The seq before the current (or last) turn's stream began: a client
+    /// that joins a running turn replays it from there.
+    pub turn_start_seq: u64,
+    /// Messages in the conversation.
+    pub message_count: u64,
+    /// The conversation (JSON text each), when the load asked for it.
+    pub messages: Option<Vec<String>>,
+    /// A cancel request waits for the owner.
+    pub cancel_requested: bool,
+    /// Live relays: id → the decision recorded for it (JSON text), or
+    /// `None` while undecided.
+    pub relays: Vec<(String, Option<String>)>,
 }
 
-/// What a state write does to the session's lease, atomically with it.
+/// What a commit requires of the stored session, checked atomically with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseOp {
-    /// Leave the lease alone (e.g. a relay decision written by a non-owner).
-    None,
-    /// Take the lease for `replica` for `ttl`; it must be free, expired, or
-    /// already held by `replica`. Otherwise the write is refused.
-    Acquire { replica: String, ttl: Duration },
-    /// The lease must be held by `replica` (fencing); it is extended by `ttl`.
-    Require { replica: String, ttl: Duration },
-    /// The lease must be held by `replica`, or be free; it is deleted.
-    Release { replica: String },
+pub enum Fence {
+    /// The session must not exist (create).
+    Absent,
+    /// Nothing changed since it was read: same version, owner, epoch and
+    /// last seq (a command from a request, a takeover).
+    Unchanged { version: u64, owner: Option<String>, epoch: u64, last_seq: u64 },
+    /// `instance` still owns it in tenure `epoch`, and this is the tenure's
+    /// commit number `n` (1, 2, …). A commit whose `n` was already applied
+    /// (a retry after a lost answer) is answered as committed again and
+    /// changes nothing.
+    Owner { instance: String, epoch: u64, n: u64 },
 }
 
-/// The outcome of a conditional state write.
+/// What a commit does to the session's owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerChange {
+    Keep,
+    /// Becomes the owner: a new tenure (epoch + 1, commit numbers from 1).
+    Acquire(String),
+    /// Nobody owns it. An active session without an owner is an orphan:
+    /// any replica takes it over at once.
+    Release,
+}
+
+/// The conversation's change.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MessagesWrite {
+    #[default]
+    Keep,
+    /// JSON text of each message, after the stored ones.
+    Append(Vec<String>),
+    /// The whole conversation, rewritten (compaction).
+    Replace(Vec<String>),
+}
+
+/// One transition of one session, written atomically: the state document,
+/// the conversation's new messages, the events it implies, the owner
+/// change and the inbox entries it took up — all or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub key: SessionKey,
+    pub fence: Fence,
+    pub owner: OwnerChange,
+    /// The new state document and its status (`None`: events only).
+    pub state: Option<StateWrite>,
+    pub messages: MessagesWrite,
+    /// Event payloads (JSON text), in order; they get the next seqs.
+    pub events: Vec<String>,
+    /// Relays any replica may now decide.
+    pub open_relays: Vec<String>,
+    /// Relays taken up (decided, timed out) or gone with the turn.
+    pub close_relays: Vec<String>,
+    /// The cancel request was taken up.
+    pub clear_cancel: bool,
+    /// Its events begin a turn's stream (a new turn, a resume): the seq
+    /// before them is recorded (`Record::turn_start_seq`).
+    pub turn_start: bool,
+    /// The instance writing (named in the append notice).
+    pub by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateWrite {
+    pub doc: String,
+    /// The document's status, kept beside it for the store's own checks.
+    pub status: &'static str,
+}
+
+impl Commit {
+    /// A commit of `key` by `by` under `fence` that changes nothing yet.
+    pub fn new(key: SessionKey, fence: Fence, by: impl Into<String>) -> Self {
+        Self {
+            key,
+            fence,
+            owner: OwnerChange::Keep,
+            state: None,
+            messages: MessagesWrite::Keep,
+            events: Vec::new(),
+            open_relays: Vec::new(),
+            close_relays: Vec::new(),
+            clear_cancel: false,
+            turn_start: false,
+            by: by.into(),
+        }
+    }
+}
+
+/// A commit that was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// Written; the new version.
-    Written(u64),
-    /// The version did not match (for create: the session already exists).
-    VersionConflict,
-    /// The lease condition of the [`LeaseOp`] did not hold.
-    LeaseConflict,
+pub struct Committed {
+    pub version: u64,
+    pub epoch: u64,
+    /// Seqs of the commit's events (`first_seq > last_seq` when it had none).
+    pub first_seq: u64,
+    pub last_seq: u64,
 }
 
-/// Session state documents, versioned, with compare-and-set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    /// The fence did not hold; nothing was written.
+    #[error("{0}")]
+    Conflict(Conflict),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    /// `Fence::Absent`, but the session exists.
+    #[error("the session already exists")]
+    Exists,
+    /// `Fence::Unchanged`, but it changed (or is gone).
+    #[error("the session changed since it was read")]
+    Changed,
+    /// `Fence::Owner`, but another instance (or a newer tenure) owns it.
+    #[error("this replica no longer runs the session")]
+    Fenced,
+}
+
+/// What became of a relay decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decided {
+    /// Recorded for the owner to take up.
+    Recorded,
+    /// Already decided (taken up or not).
+    AlreadyDecided,
+    /// No such session.
+    Missing,
+}
+
+/// What became of a cancel request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelRequest {
+    /// Recorded; the owner is woken and ends the turn.
+    Recorded,
+    /// Nothing runs: the session's status (the caller decides what to do).
+    NotRunning(String),
+    Missing,
+}
+
+/// Sessions: read, committed, and the two things anybody may leave in a
+/// running session's inbox.
 #[async_trait]
-pub trait StateStore: Send + Sync {
-    /// Creates the document at version 1, applying `lease` atomically.
-    /// `VersionConflict` when the session already exists.
-    async fn create(&self, key: &SessionKey, doc: &str, lease: LeaseOp) -> Result<WriteOutcome, StoreError>;
+pub trait SessionStore: Send + Sync {
+    /// The session, with its conversation when `history`.
+    async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError>;
 
-    async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError>;
+    /// Applies each commit atomically and independently (in one round trip
+    /// where the backend allows); results in the same order. Commits of one
+    /// session must not be in the same call.
+    async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>>;
 
-    /// Replaces the document if its version is still `expected` (new version
-    /// `expected + 1`), applying `lease` atomically: both conditions hold or
-    /// nothing is written. Refreshes the session TTL.
-    async fn compare_and_set(
-        &self,
-        key: &SessionKey,
-        expected: u64,
-        doc: &str,
-        lease: LeaseOp,
-    ) -> Result<WriteOutcome, StoreError>;
+    /// Records `decision` (JSON text) for live relay `relay_id`, and wakes
+    /// the owner.
+    async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError>;
+
+    /// Asks the owner of a running session to cancel its turn.
+    async fn request_cancel(&self, key: &SessionKey) -> Result<CancelRequest, StoreError>;
 }
 
 /// One appended event as stored: its sequence number and payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
     pub seq: u64,
-    /// JSON text, as given to `append`.
+    /// JSON text, as committed.
     pub payload: String,
-}
-
-/// Events for one session in one append.
-#[derive(Debug, Clone)]
-pub struct AppendBatch {
-    pub key: SessionKey,
-    /// Fencing: only the lease holder may append.
-    pub replica: String,
-    pub payloads: Vec<String>,
 }
 
 /// A page of the log after some cursor.
@@ -162,38 +295,49 @@ pub struct LogRange {
     pub last_seq: u64,
 }
 
-/// The per-session event log: gapless sequence numbers 1, 2, 3, …
+/// Reading the per-session event log (written by [`SessionStore::commit`]):
+/// gapless sequence numbers 1, 2, 3, …
 #[async_trait]
 pub trait EventLog: Send + Sync {
-    /// Appends every batch (for many sessions, in one round trip where the
-    /// backend allows). Each batch is atomic and fenced by the lease; the
-    /// result per batch is the seq of its first and last event. After a
-    /// successful append, watchers of the session are notified with its new
-    /// last seq. The log is trimmed to `event_log_max_len` and its TTL
-    /// refreshed.
-    async fn append(&self, batches: &[AppendBatch]) -> Vec<Result<(u64, u64), StoreError>>;
-
     /// Events with seq > `after`, at most `limit`, plus the retained bounds.
     /// If `after + 1 < first_seq` the caller's cursor is past retention.
     async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError>;
 }
 
-/// Session leases and the index of sessions that hold one. The lease is
-/// mostly taken and released through [`StateStore`] writes ([`LeaseOp`]);
-/// these are the operations that stand alone.
+/// Which instances are alive, which sessions each owns, and which sessions
+/// nobody owns. An instance is one run of a replica process; it is alive
+/// while it beats within the TTL. This is the only lease: one heartbeat per
+/// instance, however many sessions it runs. A session's owner is fenced by
+/// its tenure ([`Fence::Owner`]), so an instance presumed dead too early
+/// cannot write over the one that took its sessions.
 #[async_trait]
-pub trait Leases: Send + Sync {
-    /// Extends the lease if `replica` holds it; false if it does not.
-    async fn renew(&self, key: &SessionKey, replica: &str, ttl: Duration) -> Result<bool, StoreError>;
+pub trait Replicas: Send + Sync {
+    /// `instance` is alive for `ttl` more. False when its previous beat had
+    /// lapsed (others may have taken its sessions).
+    async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<bool, StoreError>;
 
-    async fn owner(&self, key: &SessionKey) -> Result<Option<String>, StoreError>;
+    /// Whether `instance` beat within its TTL.
+    async fn alive(&self, instance: &str) -> Result<bool, StoreError>;
 
-    /// Sessions whose lease deadline (as last written by acquire or renew)
-    /// has passed: candidates for takeover. At most `limit`.
-    async fn expired(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError>;
+    /// `instance` is gone now (end of a drain): its sessions, if any are
+    /// left, are taken over at the next sweep.
+    async fn leave(&self, instance: &str) -> Result<(), StoreError>;
 
-    /// Drops `key` from the lease index (after it stopped running).
-    async fn forget(&self, key: &SessionKey) -> Result<(), StoreError>;
+    /// Instances whose beat lapsed, at most `limit`.
+    async fn dead(&self, limit: usize) -> Result<Vec<String>, StoreError>;
+
+    /// Sessions `instance` was recorded to own, at most `limit` of them.
+    async fn owned(&self, instance: &str, limit: usize) -> Result<Vec<SessionKey>, StoreError>;
+
+    /// `instance` no longer owns `keys`; a dead instance that owns nothing
+    /// more is forgotten.
+    async fn disown(&self, instance: &str, keys: &[SessionKey]) -> Result<(), StoreError>;
+
+    /// Active sessions nobody owns (handed off), at most `limit`.
+    async fn orphans(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError>;
+
+    /// `key` is no longer an orphan.
+    async fn adopted(&self, key: &SessionKey) -> Result<(), StoreError>;
 }
 
 /// Relay id → session, for the relay endpoint that names only the relay.
@@ -206,12 +350,14 @@ pub trait RelayIndex: Send + Sync {
 /// A wake-up heard on this replica's one subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    /// The session's log now ends at `last_seq`; `by` is the replica that
-    /// appended (`None` from a replica too old to say).
+    /// The session's log now ends at `last_seq`; `by` is the instance that
+    /// committed.
     Appended { key: SessionKey, last_seq: u64, by: Option<String> },
-    /// Something was written to the session's state that its owner should
-    /// look at (a relay decision, a cancel).
+    /// Something was left for the session's owner: a relay decision, a
+    /// cancel request, or another instance took it over.
     Wake { key: SessionKey },
+    /// A session was handed off: whoever can should take it over now.
+    Orphaned,
     /// The subscription was re-established: anything may have been missed,
     /// so every watcher should re-read.
     Resubscribed,
@@ -223,8 +369,6 @@ pub trait Notifications: Send + Sync {
     /// Start hearing about `key` (counted: `watch` twice needs `unwatch` twice).
     async fn watch(&self, key: &SessionKey) -> Result<(), StoreError>;
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError>;
-    /// Announces a state change to whichever replica watches `key`.
-    async fn wake(&self, key: &SessionKey) -> Result<(), StoreError>;
 }
 
 /// The answer to one rate-limited request.
@@ -273,13 +417,13 @@ pub struct TokenWindow(pub u64);
 
 impl TokenWindow {
     pub fn now() -> Self {
-        Self(crate::protocol::events::now_ms() / 60_000)
+        Self(crate::domain::now_ms() / 60_000)
     }
 
     /// Whole seconds (1 to 60) until the current window ends and the
     /// budget refills.
     pub fn seconds_left() -> u64 {
-        60 - (crate::protocol::events::now_ms() / 1000) % 60
+        60 - (crate::domain::now_ms() / 1000) % 60
     }
 }
 
@@ -292,9 +436,9 @@ pub trait Health: Send + Sync {
 /// The store handles the rest of the app uses, all backed by one backend.
 #[derive(Clone)]
 pub struct Store {
-    pub state: Arc<dyn StateStore>,
+    pub sessions: Arc<dyn SessionStore>,
     pub log: Arc<dyn EventLog>,
-    pub leases: Arc<dyn Leases>,
+    pub replicas: Arc<dyn Replicas>,
     pub relays: Arc<dyn RelayIndex>,
     pub notifications: Arc<dyn Notifications>,
     pub quotas: Arc<dyn Quotas>,
@@ -330,12 +474,12 @@ impl Store {
 
     fn from_backend<B>(backend: Arc<B>, kind: &'static str) -> Self
     where
-        B: StateStore + EventLog + Leases + RelayIndex + Notifications + Quotas + Health + 'static,
+        B: SessionStore + EventLog + Replicas + RelayIndex + Notifications + Quotas + Health + 'static,
     {
         Self {
-            state: backend.clone(),
+            sessions: backend.clone(),
             log: backend.clone(),
-            leases: backend.clone(),
+            replicas: backend.clone(),
             relays: backend.clone(),
             notifications: backend.clone(),
             quotas: backend.clone(),

@@ -60,9 +60,10 @@ enum Command {
 impl Subscriber {
     /// Spawns the task; it connects in the background (must be called inside
     /// a tokio runtime).
-    pub(super) fn spawn(client: redis::Client, notices: mpsc::Sender<Notice>) -> Self {
+    /// `orphans` is the channel of hand-off announcements, always listened to.
+    pub(super) fn spawn(client: redis::Client, notices: mpsc::Sender<Notice>, orphans: String) -> Self {
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
-        let task = Task { client, notices, commands: receiver, watched: HashMap::new() };
+        let task = Task { client, notices, commands: receiver, watched: HashMap::new(), orphans };
         Self { commands, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) }
     }
 
@@ -94,6 +95,8 @@ struct Task {
     commands: mpsc::Receiver<Command>,
     /// Channel → the session it is about and how many watchers it has.
     watched: HashMap<String, Watched>,
+    /// The hand-off channel ([`Notice::Orphaned`]).
+    orphans: String,
 }
 
 /// Why a connected period ended.
@@ -160,6 +163,7 @@ impl Task {
             .map_err(|_| "connect timed out".to_string())?
             .map_err(|e| e.to_string())?;
         let (mut sink, stream) = pubsub.split();
+        subscribe(&mut sink, &self.orphans).await?;
         for channel in self.watched.keys() {
             subscribe(&mut sink, channel).await?;
         }
@@ -254,6 +258,10 @@ impl Task {
     /// behind rather than dropping it. Messages of channels no longer watched
     /// (published just before an UNSUBSCRIBE) are ignored.
     async fn deliver(&self, message: &redis::Msg) {
+        if message.get_channel_name() == self.orphans {
+            let _ = self.notices.send(Notice::Orphaned).await;
+            return;
+        }
         let Some(watched) = self.watched.get(message.get_channel_name()) else {
             return;
         };

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::{
-    AppendBatch, EventLog, Health, LeaseOp, Leases, LogRange, Notifications, Quotas, RateDecision, RelayIndex,
-    SessionKey, StateStore, StoreError, TokenWindow, Versioned, WriteOutcome,
+    CancelRequest, Commit, CommitError, Committed, Decided, EventLog, Health, LogRange, Notifications, Quotas,
+    RateDecision, Record, RelayIndex, Replicas, SessionKey, SessionStore, StoreError, TokenWindow,
 };
 use crate::telemetry::{attributes as attr, metrics::Metrics};
 
@@ -23,8 +23,15 @@ pub struct Timed<B> {
 }
 
 /// Operations a request waits on get a span of their own; the hot path
-/// (appends, lease renewals, notifications) only the histogram.
-const TRACED: &[&str] = &["state.", "relays.", "log.read_after", "quotas.acquire_slot"];
+/// (commits, heartbeats, notifications) only the histogram.
+const TRACED: &[&str] = &[
+    "sessions.load",
+    "sessions.decide",
+    "sessions.request_cancel",
+    "relays.",
+    "log.read_after",
+    "quotas.acquire_slot",
+];
 
 impl<B> Timed<B> {
     pub fn new(inner: Arc<B>, metrics: Arc<Metrics>, kind: &'static str) -> Self {
@@ -58,63 +65,75 @@ fn outcome(error: Option<&StoreError>) -> &'static str {
     match error {
         None => "ok",
         Some(StoreError::Unavailable(_)) => "unavailable",
-        Some(StoreError::NotLeaseholder) => "not_leaseholder",
         Some(StoreError::Corrupt(_)) => "corrupt",
     }
 }
 
 #[async_trait]
-impl<B: StateStore> StateStore for Timed<B> {
-    async fn create(&self, key: &SessionKey, doc: &str, lease: LeaseOp) -> Result<WriteOutcome, StoreError> {
-        self.time("state.create", self.inner.create(key, doc, lease)).await
+impl<B: SessionStore> SessionStore for Timed<B> {
+    async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError> {
+        self.time("sessions.load", self.inner.load(key, history)).await
     }
 
-    async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
-        self.time("state.load", self.inner.load(key)).await
+    async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
+        let started = Instant::now();
+        let results = self.inner.commit(commits).await;
+        let failed = results.iter().find_map(|r| match r {
+            Err(CommitError::Store(e)) => Some(e),
+            _ => None,
+        });
+        self.metrics.store_op("sessions.commit", outcome(failed), started.elapsed());
+        results
     }
 
-    async fn compare_and_set(
-        &self,
-        key: &SessionKey,
-        expected: u64,
-        doc: &str,
-        lease: LeaseOp,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.time("state.compare_and_set", self.inner.compare_and_set(key, expected, doc, lease)).await
+    async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
+        self.time("sessions.decide", self.inner.decide(key, relay_id, decision)).await
+    }
+
+    async fn request_cancel(&self, key: &SessionKey) -> Result<CancelRequest, StoreError> {
+        self.time("sessions.request_cancel", self.inner.request_cancel(key)).await
     }
 }
 
 #[async_trait]
 impl<B: EventLog> EventLog for Timed<B> {
-    async fn append(&self, batches: &[AppendBatch]) -> Vec<Result<(u64, u64), StoreError>> {
-        let started = Instant::now();
-        let results = self.inner.append(batches).await;
-        let failed = results.iter().find_map(|r| r.as_ref().err());
-        self.metrics.store_op("log.append", outcome(failed), started.elapsed());
-        results
-    }
-
     async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError> {
         self.time("log.read_after", self.inner.read_after(key, after, limit)).await
     }
 }
 
 #[async_trait]
-impl<B: Leases> Leases for Timed<B> {
-    async fn renew(&self, key: &SessionKey, replica: &str, ttl: Duration) -> Result<bool, StoreError> {
-        self.time("leases.renew", self.inner.renew(key, replica, ttl)).await
+impl<B: Replicas> Replicas for Timed<B> {
+    async fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<bool, StoreError> {
+        self.time("replicas.heartbeat", self.inner.heartbeat(instance, ttl)).await
     }
 
-    async fn owner(&self, key: &SessionKey) -> Result<Option<String>, StoreError> {
-        self.time("leases.owner", self.inner.owner(key)).await
+    async fn alive(&self, instance: &str) -> Result<bool, StoreError> {
+        self.time("replicas.alive", self.inner.alive(instance)).await
     }
 
-    async fn expired(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
-        self.time("leases.expired", self.inner.expired(limit)).await
+    async fn leave(&self, instance: &str) -> Result<(), StoreError> {
+        self.time("replicas.leave", self.inner.leave(instance)).await
     }
 
-    async fn forget(&self, key: &SessionKey) -> Result<(), StoreError> {
-        self.time("leases.forget", self.inner.forget(key)).await
+    async fn dead(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.time("replicas.dead", self.inner.dead(limit)).await
+    }
+
+    async fn owned(&self, instance: &str, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        self.time("replicas.owned", self.inner.owned(instance, limit)).await
+    }
+
+    async fn disown(&self, instance: &str, keys: &[SessionKey]) -> Result<(), StoreError> {
+        self.time("replicas.disown", self.inner.disown(instance, keys)).await
+    }
+
+    async fn orphans(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        self.time("replicas.orphans", self.inner.orphans(limit)).await
+    }
+
+    async fn adopted(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.time("replicas.adopted", self.inner.adopted(key)).await
     }
 }
 
@@ -137,10 +156,6 @@ impl<B: Notifications> Notifications for Timed<B> {
 
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError> {
         self.time("notifications.unwatch", self.inner.unwatch(key)).await
-    }
-
-    async fn wake(&self, key: &SessionKey) -> Result<(), StoreError> {
-        self.time("notifications.wake", self.inner.wake(key)).await
     }
 }
 

@@ -1,12 +1,19 @@
 //! HTTP tools: `POST {tool_call_id, name, arguments, session_id, tenant}` to
-//! the tool's URL, with its timeout, a response size cap and the W3C trace
-//! context of the call's span.
+//! the tool's URL, with its timeout, a response size cap, the W3C trace
+//! context of the call's span, and an `Idempotency-Key` that is the same
+//! every time the call is run (`<session id>:<tool call id>`).
 
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{CallContext, MAX_RESPONSE_BYTES, ToolOutcome};
-use crate::{config::ToolConfig, providers::ToolCall};
+use super::{CallContext, MAX_RESPONSE_BYTES};
+use crate::{
+    config::ToolConfig,
+    domain::{ToolCall, ToolOutcome},
+};
+
+/// The header that names a call the same way on every run of it.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 pub(super) async fn call(
     http: &reqwest::Client,
@@ -26,6 +33,9 @@ pub(super) async fn call(
     // The current span is the call's `execute_tool` span.
     let mut headers = reqwest::header::HeaderMap::new();
     crate::telemetry::trace::inject_current(&mut headers);
+    if let Ok(key) = reqwest::header::HeaderValue::from_str(&format!("{}:{}", context.session_id, call.id)) {
+        headers.insert(IDEMPOTENCY_KEY, key);
+    }
     let request = http.post(url).timeout(tool.timeout).headers(headers).json(&body);
     let response = match request.send().await {
         Ok(response) => response,
@@ -40,7 +50,7 @@ pub(super) async fn call(
     };
     let text = if cut { format!("{text}\n[response cut at {MAX_RESPONSE_BYTES} bytes]") } else { text };
     if status.is_success() {
-        ToolOutcome { ok: true, output: text }
+        ToolOutcome::Success(text)
     } else {
         let preview: String = text.chars().take(500).collect();
         ToolOutcome::error(format!("the tool answered HTTP {}: {preview}", status.as_u16()))

@@ -5,6 +5,13 @@
 //!
 //! A failing tool never fails the turn: its error becomes an error result the
 //! model sees and can react to.
+//!
+//! Calls are at least once across a takeover: a call cut short by a
+//! replica's death runs again on the replica that takes the session over,
+//! with the same `Idempotency-Key` (`<session id>:<tool call id>`), so a tool
+//! server can recognise the repeat. A tool configured with
+//! `retry_on_takeover = false` is never run twice; the model is told its
+//! outcome is unknown.
 
 mod http;
 
@@ -14,27 +21,12 @@ use serde_json::{Value, json};
 
 use crate::{
     config::{Config, ToolConfig, ToolTarget},
-    providers::{ToolCall, ToolSpec},
+    domain::{ToolCall, ToolOutcome},
+    providers::ToolSpec,
 };
 
 /// Largest tool response read; the rest is cut (and the model told so).
 pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
-
-/// What a tool call produced, as the model will see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolOutcome {
-    pub ok: bool,
-    pub output: String,
-}
-
-impl ToolOutcome {
-    pub fn error(message: impl Into<String>) -> Self {
-        Self { ok: false, output: message.into() }
-    }
-    pub fn status(&self) -> &'static str {
-        if self.ok { "success" } else { "error" }
-    }
-}
 
 /// Who is calling, sent along to the tool server.
 #[derive(Debug, Clone)]
@@ -89,5 +81,5 @@ impl ServerTools {
 fn demo(name: &str, arguments: &Value) -> ToolOutcome {
     let id = arguments.get("id").and_then(Value::as_str).unwrap_or("unknown");
     let output = json!({"tool": name, "id": id, "status": "shipped", "eta_days": 2, "note": "demo data"});
-    ToolOutcome { ok: true, output: output.to_string() }
+    ToolOutcome::Success(output.to_string())
 }

@@ -285,14 +285,16 @@ pub async fn spawn_replicas(n: usize, tweak: impl Fn(&mut AppOptions)) -> Vec<Te
 }
 
 /// Every store key of `app`'s prefix with its serialized value (`DUMP`), to
-/// show that a refused request changed nothing.
+/// show that a refused request changed nothing. The instances' heartbeats
+/// (`{prefix}replicas`) are left out: they change by themselves.
 pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String, Vec<u8>> {
     let client = redis::Client::open(redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{}*", app.config.store.key_prefix);
-    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut conn).await.unwrap();
+    let prefix = &app.config.store.key_prefix;
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut conn).await.unwrap();
+    let heartbeats = format!("{prefix}replicas");
     let mut snapshot = std::collections::BTreeMap::new();
-    for key in keys {
+    for key in keys.into_iter().filter(|k| *k != heartbeats) {
         let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query_async(&mut conn).await.unwrap();
         snapshot.insert(key, value.unwrap_or_default());
     }

@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{TestApp, redis_url},
+    helpers::TestApp,
     orchestrator::{World, world},
     sse::{Frame, STEP_TIMEOUT},
     support::mock_upstream::Reply,
@@ -397,10 +397,7 @@ pub fn assert_golden(name: &str, actual: &str) {
     assert_eq!(expected, actual, "{name} differs in length; whole actual:\n{actual}");
 }
 
-/// Every store key of `app`'s prefix.
+/// Every store key of `app`'s prefix (heartbeats aside).
 pub async fn store_keys(app: &TestApp) -> BTreeSet<String> {
-    let client = redis::Client::open(redis_url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pattern = format!("{}*", app.config.store.key_prefix);
-    redis::cmd("KEYS").arg(pattern).query_async::<Vec<String>>(&mut conn).await.unwrap().into_iter().collect()
+    crate::helpers::store_snapshot(app).await.into_keys().collect()
 }

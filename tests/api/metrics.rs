@@ -143,10 +143,11 @@ rate_limit = { requests_per_second = 1, burst = 1 }
     assert_eq!(d.of("switchboard_rate_limit_decisions_total", &[("tenant", "initech"), ("outcome", "allowed")]), 1.0);
     assert_eq!(d.of("switchboard_rate_limit_decisions_total", &[("tenant", "acme")]), 0.0, "acme has no limit");
 
-    let cas = [("op", "state.compare_and_set"), ("outcome", "ok")];
-    assert!(d.of("switchboard_store_operation_duration_seconds_count", &cas) >= 4.0, "{after}");
-    let appends = [("op", "log.append"), ("outcome", "ok")];
-    assert!(d.of("switchboard_store_operation_duration_seconds_count", &appends) >= 2.0);
+    // Three turns, each at least a start and an end commit.
+    let commits = [("op", "sessions.commit"), ("outcome", "ok")];
+    assert!(d.of("switchboard_store_operation_duration_seconds_count", &commits) >= 6.0, "{after}");
+    let loads = [("op", "sessions.load"), ("outcome", "ok")];
+    assert!(d.of("switchboard_store_operation_duration_seconds_count", &loads) >= 2.0);
     assert_eq!(sample(&after_streams, "switchboard_open_streams", &[("dialect", "native")]), 0.0);
 
     assert_dashboard_queries_exist(&after);

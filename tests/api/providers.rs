@@ -127,6 +127,7 @@ fn ask(text: &str) -> ModelRequest {
         tools: vec![],
         max_output_tokens: 256,
         response_format: None,
+        prefill: None,
     }
 }
 
@@ -254,6 +255,7 @@ fn rich_request() -> ModelRequest {
         }],
         max_output_tokens: 256,
         response_format: Some(json!({"type": "json_object"})),
+        prefill: None,
     }
 }
 

@@ -115,8 +115,8 @@ async fn a_resume_must_answer_exactly_the_pending_calls() {
     assert_error(a.tool_results(&token, &id, &unknown).await, StatusCode::BAD_REQUEST, "invalid_request").await;
     let missing = json!({"results": []});
     assert_error(a.tool_results(&token, &id, &missing).await, StatusCode::BAD_REQUEST, "invalid_request").await;
-    let (_, doc) = a.sessions.get(&principal("acme", "alice"), &id).await.unwrap();
-    assert_eq!(doc.status.as_str(), "awaiting_client", "bad resumes leave the session paused");
+    let view = a.sessions.get(&principal("acme", "alice"), &id).await.unwrap();
+    assert_eq!(view.session.status().as_str(), "awaiting_client", "bad resumes leave the session paused");
 }
 
 #[tokio::test]
@@ -225,7 +225,8 @@ async fn the_session_view_shows_status_pending_calls_and_last_seq() {
     SseReader::new(apps[0].send_message(&token, &id, "pause").await).rest().await;
     let view: Value = apps[1].get(&format!("/v1/sessions/{id}"), Some(&token)).await.json().await.unwrap();
     assert_eq!(view["status"], "awaiting_client");
-    assert_eq!(view["last_seq"], 3);
+    // turn_started, text_delta, usage, tool_call, paused.
+    assert_eq!(view["last_seq"], 5);
     assert_eq!(view["pending_calls"][0]["tool"], "render_chart");
     assert_eq!(view["model"], "demo");
 }

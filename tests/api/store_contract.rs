@@ -4,14 +4,18 @@
 //! store with its own key prefix, so they run in parallel against one Redis.
 //!
 //! This file holds the harness and helpers; the behaviours are grouped in
-//! `store_contract/` (state and leases, log, notifications, quotas), plus the
-//! Redis-only tests (outages, reconnection, backoff) in `redis_only.rs`.
+//! `store_contract/` (commits, the log, instances and ownership,
+//! notifications, quotas), plus the Redis-only tests (outages, reconnection,
+//! backoff, lost answers) in `redis_only.rs`.
 
 use std::time::Duration;
 
 use switchboard::{
     config::StoreConfig,
-    store::{AppendBatch, LeaseOp, Notice, SessionKey, Store, StoreError, Versioned, WriteOutcome},
+    store::{
+        Commit, CommitError, Committed, Conflict, Fence, MessagesWrite, Notice, OwnerChange, Record, SessionKey,
+        StateWrite, Store, StoreError,
+    },
 };
 use tokio::{
     sync::mpsc,
@@ -78,43 +82,70 @@ fn key(tenant: &str, id: &str) -> SessionKey {
     SessionKey::new(tenant, id)
 }
 
-fn acquire(replica: &str) -> LeaseOp {
-    acquire_for(replica, Duration::from_secs(10))
-}
-
-fn acquire_for(replica: &str, ttl: Duration) -> LeaseOp {
-    LeaseOp::Acquire { replica: replica.to_string(), ttl }
-}
-
-fn require(replica: &str) -> LeaseOp {
-    LeaseOp::Require { replica: replica.to_string(), ttl: Duration::from_secs(10) }
-}
-
-fn release(replica: &str) -> LeaseOp {
-    LeaseOp::Release { replica: replica.to_string() }
-}
-
-fn batch<'a>(key: &SessionKey, replica: &str, payloads: impl IntoIterator<Item = &'a str>) -> AppendBatch {
-    AppendBatch {
-        key: key.clone(),
-        replica: replica.to_string(),
-        payloads: payloads.into_iter().map(str::to_string).collect(),
-    }
-}
-
 fn numbered(from: u64, to: u64) -> Vec<String> {
     (from..=to).map(|n| format!("{{\"n\":{n}}}")).collect()
 }
 
-/// Creates `key` with the lease held by `replica`.
-async fn create_owned(store: &Store, key: &SessionKey, replica: &str) {
-    assert_eq!(store.state.create(key, "{}", acquire(replica)).await, Ok(WriteOutcome::Written(1)));
+fn state(doc: &str, status: &'static str) -> Option<StateWrite> {
+    Some(StateWrite { doc: doc.to_string(), status })
 }
 
-async fn append_numbered(store: &Store, key: &SessionKey, from: u64, to: u64) {
-    let payloads = numbered(from, to);
-    let results = store.log.append(&[batch(key, "a", payloads.iter().map(String::as_str))]).await;
-    assert_eq!(results, vec![Ok((from, to))]);
+async fn commit_one(store: &Store, commit: Commit) -> Result<Committed, CommitError> {
+    store.sessions.commit(std::slice::from_ref(&commit)).await.remove(0)
+}
+
+async fn load(store: &Store, key: &SessionKey) -> Record {
+    store.sessions.load(key, true).await.expect("load works").expect("the session exists")
+}
+
+/// The fence of a command on `key` as it is stored now.
+async fn unchanged(store: &Store, key: &SessionKey) -> Fence {
+    let r = load(store, key).await;
+    Fence::Unchanged { version: r.version, owner: r.owner, epoch: r.epoch, last_seq: r.last_seq }
+}
+
+/// The tenure of `instance` over a session: its owner commits, numbered.
+struct Tenure {
+    key: SessionKey,
+    instance: String,
+    epoch: u64,
+    n: u64,
+}
+
+impl Tenure {
+    /// The next owner commit (not yet sent).
+    fn next(&mut self) -> Commit {
+        self.n += 1;
+        Commit::new(
+            self.key.clone(),
+            Fence::Owner { instance: self.instance.clone(), epoch: self.epoch, n: self.n },
+            &self.instance,
+        )
+    }
+
+    async fn append(&mut self, store: &Store, from: u64, to: u64) {
+        let mut commit = self.next();
+        commit.events = numbered(from, to);
+        let committed = commit_one(store, commit).await.expect("the owner's commit goes through");
+        assert_eq!((committed.first_seq, committed.last_seq), (from, to));
+    }
+}
+
+/// Creates `key`, running and owned by `instance`.
+async fn create_owned(store: &Store, key: &SessionKey, instance: &str) -> Tenure {
+    let mut commit = Commit::new(key.clone(), Fence::Absent, instance);
+    commit.owner = OwnerChange::Acquire(instance.to_string());
+    commit.state = state(r#"{"doc":1}"#, "running");
+    let committed = commit_one(store, commit).await.expect("the session is created");
+    assert_eq!((committed.version, committed.epoch), (1, 1));
+    Tenure { key: key.clone(), instance: instance.to_string(), epoch: 1, n: 0 }
+}
+
+/// Creates `key`, idle and owned by nobody.
+async fn create_idle(store: &Store, key: &SessionKey) {
+    let mut commit = Commit::new(key.clone(), Fence::Absent, "api");
+    commit.state = state(r#"{"doc":1}"#, "idle");
+    commit_one(store, commit).await.expect("the session is created");
 }
 
 async fn seqs_after(store: &Store, key: &SessionKey, after: u64, limit: usize) -> Vec<u64> {
@@ -148,8 +179,9 @@ where
     }
 }
 
+mod commits;
 mod log;
 mod notify;
 mod quotas;
 mod redis_only;
-mod state;
+mod replicas;

@@ -14,7 +14,7 @@ use std::{
 
 use clap::Parser;
 use switchboard::{
-    protocol::{AgentRef, EventKind, events::Event},
+    domain::{AgentRef, Event, EventKind},
     sessions::TurnRunner,
 };
 use switchboard_load::{
@@ -45,7 +45,7 @@ pub struct Args {
     /// Bytes of text per delta (a token), in every phase but the live one.
     #[arg(long, default_value_t = 8)]
     pub token_bytes: usize,
-    /// Durable appends (`RunHandle::append`, one awaited per delta) by ONE session. 0 skips.
+    /// Durable appends (`RunHandle::transition`, one awaited per delta) by ONE session. 0 skips.
     #[arg(long, default_value_t = 400)]
     pub durable_single_tokens: usize,
     /// Concurrent sessions of the durable phase (0 skips it and the rejoin phase).
@@ -284,5 +284,5 @@ async fn run_phases(args: &Args, prefix: &str, deadline: Instant, admin: &mut Ad
 }
 
 fn now_ms() -> u64 {
-    switchboard::protocol::events::now_ms()
+    switchboard::domain::now_ms()
 }

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 
 use crate::{
     api::openai_messages::{ImageInput, WireMessage},
+    domain::FrontendTool,
     error::{ApiError, ErrorCode},
     providers::{ChatMessage, Role},
-    sessions::state::FrontendTool,
 };
 
 #[derive(Debug, Deserialize)]

@@ -63,7 +63,7 @@ fn text_and_a_tool_call_share_one_assistant_message_and_everything_closes() {
             EventKind::ToolResult {
                 tool_call_id: "c1".into(),
                 name: "lookup".into(),
-                status: "success".into(),
+                status: crate::domain::ToolStatus::Success,
                 output: json!("found"),
             },
             EventKind::TextDelta { text: "Found.".into() },
@@ -159,13 +159,13 @@ fn results_the_client_sent_are_not_echoed_and_its_calls_are_not_reopened() {
             EventKind::ToolResult {
                 tool_call_id: "c1".into(),
                 name: "refund".into(),
-                status: "success".into(),
+                status: crate::domain::ToolStatus::Success,
                 output: json!({"refunded": true}),
             },
             EventKind::ToolResult {
                 tool_call_id: "c2".into(),
                 name: "chart".into(),
-                status: "success".into(),
+                status: crate::domain::ToolStatus::Success,
                 output: json!("drawn"),
             },
             ended(TurnEndReason::Final),
@@ -183,7 +183,11 @@ fn an_error_is_the_last_event_and_a_cancel_is_a_cancelled_outcome() {
         &mut failed,
         vec![
             EventKind::TextDelta { text: "Hal".into() },
-            EventKind::Error { code: "upstream_error".into(), message: "boom".into(), retry_after_secs: None },
+            EventKind::Error {
+                code: crate::domain::FailureCode::UpstreamError,
+                message: "boom".into(),
+                retry_after_secs: None,
+            },
             ended(TurnEndReason::Failed),
         ],
     );

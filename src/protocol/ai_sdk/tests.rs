@@ -15,7 +15,12 @@ fn call_usage() -> EventKind {
 }
 
 fn result(id: &str, status: &str, output: Value) -> EventKind {
-    EventKind::ToolResult { tool_call_id: id.into(), name: "lookup".into(), status: status.into(), output }
+    EventKind::ToolResult {
+        tool_call_id: id.into(),
+        name: "lookup".into(),
+        status: serde_json::from_value(serde_json::json!(status)).expect("a tool status"),
+        output,
+    }
 }
 
 fn ended(reason: TurnEndReason) -> EventKind {
@@ -205,7 +210,11 @@ fn an_error_mid_text_closes_the_part_and_a_cancel_aborts() {
         &mut failed,
         vec![
             EventKind::TextDelta { text: "Hal".into() },
-            EventKind::Error { code: "upstream_disconnected".into(), message: "lost".into(), retry_after_secs: None },
+            EventKind::Error {
+                code: crate::domain::FailureCode::UpstreamDisconnected,
+                message: "lost".into(),
+                retry_after_secs: None,
+            },
             ended(TurnEndReason::Failed),
         ],
     );

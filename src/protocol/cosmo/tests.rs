@@ -20,7 +20,12 @@ fn args(id: &str, delta: &str) -> EventKind {
 }
 
 fn result(id: &str, name: &str, status: &str, output: serde_json::Value) -> EventKind {
-    EventKind::ToolResult { tool_call_id: id.into(), name: name.into(), status: status.into(), output }
+    EventKind::ToolResult {
+        tool_call_id: id.into(),
+        name: name.into(),
+        status: serde_json::from_value(serde_json::json!(status)).expect("a tool status"),
+        output,
+    }
 }
 
 fn completed() -> EventKind {
@@ -105,7 +110,11 @@ fn a_pause_and_max_iterations_are_done_with_a_stop_reason_and_errors_are_not_don
     let frames = encode_all(
         &mut failed,
         vec![
-            EventKind::Error { code: "upstream_error".into(), message: "boom".into(), retry_after_secs: None },
+            EventKind::Error {
+                code: crate::domain::FailureCode::UpstreamError,
+                message: "boom".into(),
+                retry_after_secs: None,
+            },
             ended(TurnEndReason::Failed),
         ],
     );

@@ -38,7 +38,7 @@ fn a_tool_round_gives_the_seed_transcripts_sequence() {
             EventKind::ToolResult {
                 tool_call_id: "call_00".into(),
                 name: "bash".into(),
-                status: "success".into(),
+                status: crate::domain::ToolStatus::Success,
                 output: json!("FreeBSD 15.0"),
             },
             EventKind::TextDelta { text: "This".into() },
@@ -106,7 +106,11 @@ fn an_upstream_error_ends_the_step_then_reports_then_is_done() {
         &mut encoder,
         vec![
             EventKind::TextDelta { text: "Hel".into() },
-            EventKind::Error { code: "upstream_disconnected".into(), message: "lost".into(), retry_after_secs: None },
+            EventKind::Error {
+                code: crate::domain::FailureCode::UpstreamDisconnected,
+                message: "lost".into(),
+                retry_after_secs: None,
+            },
             ended(TurnEndReason::Failed),
         ],
     );
@@ -128,7 +132,7 @@ fn a_denied_call_is_an_error_result_and_a_pause_owes_its_turn_end_then_is_done()
             EventKind::ToolResult {
                 tool_call_id: "c1".into(),
                 name: "wipe".into(),
-                status: "denied".into(),
+                status: crate::domain::ToolStatus::Denied,
                 output: json!("Permission denied"),
             },
             EventKind::Paused { pending_relays: vec![], pending_calls: vec![] },

@@ -13,7 +13,7 @@ use crate::store::{Quotas, RateDecision, StoreError, TokenWindow};
 impl Quotas for RedisStore {
     async fn take_request(&self, tenant: &str, rate: u32, burst: u32) -> Result<RateDecision, StoreError> {
         let interval_us = 1_000_000 / u64::from(rate.max(1));
-        let mut conn = self.connection().await?;
+        let mut conn = self.connection();
         let (allowed, value): (i64, i64) = self
             .scripts
             .rate_gcra
@@ -37,7 +37,7 @@ impl Quotas for RedisStore {
         max: Option<u32>,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.connection();
         let counted: i64 = self
             .scripts
             .slot_acquire
@@ -52,7 +52,7 @@ impl Quotas for RedisStore {
     }
 
     async fn release_slot(&self, tenant: &str, session_id: &str) -> Result<(), StoreError> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.connection();
         redis::cmd("ZREM")
             .arg(self.keys.slots(tenant))
             .arg(session_id)
@@ -79,7 +79,7 @@ impl RedisStore {
     /// One run of `tokens_take.lua`: adds `tokens` to `window`'s count,
     /// checked against `limit` unless it is 0. True when added.
     async fn add_tokens(&self, tenant: &str, window: TokenWindow, tokens: i64, limit: u64) -> Result<bool, StoreError> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.connection();
         let (taken, _used): (i64, i64) = self
             .scripts
             .tokens_take

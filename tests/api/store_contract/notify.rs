@@ -1,47 +1,67 @@
-//! Notifications (appends and wakes heard by watchers, counted watching)
-//! and health.
+//! Notifications (commits, wake-ups and hand-offs heard by watchers,
+//! counted watching) and health.
 
 use super::*;
 
 contract!(
-    a_watcher_hears_appends,
-    a_watcher_hears_wakes,
-    after_unwatch_appends_are_not_heard,
+    a_watcher_hears_commits_with_events,
+    a_watcher_hears_decisions_cancels_and_takeovers,
+    every_replica_hears_a_hand_off,
+    after_unwatch_commits_are_not_heard,
     watching_is_counted,
     the_store_is_healthy,
 );
 
-async fn a_watcher_hears_appends(backend: Backend) {
+async fn a_watcher_hears_commits_with_events(backend: Backend) {
     let mut h = backend.open();
     let k = key("acme", "s1");
-    create_owned(&h.store, &k, "a").await;
+    let mut tenure = create_owned(&h.store, &k, "a").await;
     h.store.notifications.watch(&k).await.unwrap();
-    append_numbered(&h.store, &k, 1, 3).await;
+    tenure.append(&h.store, 1, 3).await;
     assert_eq!(next_notice(&mut h.notices).await, appended(k.clone(), 3));
-    append_numbered(&h.store, &k, 4, 4).await;
+    tenure.append(&h.store, 4, 4).await;
     assert_eq!(next_notice(&mut h.notices).await, appended(k, 4));
 }
 
-async fn a_watcher_hears_wakes(backend: Backend) {
+async fn a_watcher_hears_decisions_cancels_and_takeovers(backend: Backend) {
     let mut h = backend.open();
     let k = key("acme", "s1");
+    let mut tenure = create_owned(&h.store, &k, "a").await;
+    let mut open = tenure.next();
+    open.open_relays = vec!["r1".into()];
+    commit_one(&h.store, open).await.unwrap();
     h.store.notifications.watch(&k).await.unwrap();
-    h.store.notifications.wake(&k).await.unwrap();
+    h.store.sessions.decide(&k, "r1", "yes").await.unwrap();
+    assert_eq!(next_notice(&mut h.notices).await, Notice::Wake { key: k.clone() });
+    h.store.sessions.request_cancel(&k).await.unwrap();
+    assert_eq!(next_notice(&mut h.notices).await, Notice::Wake { key: k.clone() });
+    let mut takeover = Commit::new(k.clone(), unchanged(&h.store, &k).await, "b");
+    takeover.owner = OwnerChange::Acquire("b".into());
+    commit_one(&h.store, takeover).await.unwrap();
     assert_eq!(next_notice(&mut h.notices).await, Notice::Wake { key: k });
 }
 
-async fn after_unwatch_appends_are_not_heard(backend: Backend) {
+async fn every_replica_hears_a_hand_off(backend: Backend) {
+    let mut h = backend.open();
+    let k = key("acme", "s1");
+    let mut tenure = create_owned(&h.store, &k, "a").await;
+    let mut hand_off = tenure.next();
+    hand_off.owner = OwnerChange::Release;
+    commit_one(&h.store, hand_off).await.unwrap();
+    assert_eq!(next_notice(&mut h.notices).await, Notice::Orphaned);
+}
+
+async fn after_unwatch_commits_are_not_heard(backend: Backend) {
     let mut h = backend.open();
     let gone = key("acme", "gone");
     let kept = key("acme", "kept");
-    create_owned(&h.store, &gone, "a").await;
-    create_owned(&h.store, &kept, "a").await;
+    let mut on_gone = create_owned(&h.store, &gone, "a").await;
+    let mut on_kept = create_owned(&h.store, &kept, "a").await;
     h.store.notifications.watch(&gone).await.unwrap();
     h.store.notifications.watch(&kept).await.unwrap();
     h.store.notifications.unwatch(&gone).await.unwrap();
-    append_numbered(&h.store, &gone, 1, 1).await;
-    h.store.notifications.wake(&gone).await.unwrap();
-    append_numbered(&h.store, &kept, 1, 2).await;
+    on_gone.append(&h.store, 1, 1).await;
+    on_kept.append(&h.store, 1, 2).await;
     assert_eq!(next_notice(&mut h.notices).await, appended(kept, 2));
 }
 
@@ -49,19 +69,19 @@ async fn watching_is_counted(backend: Backend) {
     let mut h = backend.open();
     let k = key("acme", "s1");
     let marker = key("acme", "marker");
-    create_owned(&h.store, &k, "a").await;
-    create_owned(&h.store, &marker, "a").await;
+    let mut on_k = create_owned(&h.store, &k, "a").await;
+    let mut on_marker = create_owned(&h.store, &marker, "a").await;
     h.store.notifications.watch(&marker).await.unwrap();
     h.store.notifications.watch(&k).await.unwrap();
     h.store.notifications.watch(&k).await.unwrap();
     h.store.notifications.unwatch(&k).await.unwrap();
-    append_numbered(&h.store, &k, 1, 1).await;
+    on_k.append(&h.store, 1, 1).await;
     assert_eq!(next_notice(&mut h.notices).await, appended(k.clone(), 1));
     h.store.notifications.unwatch(&k).await.unwrap();
     // Unwatching more often than watching is harmless.
     h.store.notifications.unwatch(&k).await.unwrap();
-    append_numbered(&h.store, &k, 2, 2).await;
-    append_numbered(&h.store, &marker, 1, 1).await;
+    on_k.append(&h.store, 2, 2).await;
+    on_marker.append(&h.store, 1, 1).await;
     assert_eq!(next_notice(&mut h.notices).await, appended(marker, 1));
 }
 
@@ -70,8 +90,8 @@ async fn the_store_is_healthy(backend: Backend) {
     assert_eq!(h.store.health.ping().await, Ok(()));
 }
 
-/// The notice of an append by replica `a` (every append here is `a`'s): the
-/// appending replica is named, so it can skip its own notices.
+/// The notice of a commit by instance `a` (every commit here is `a`'s): the
+/// committing instance is named, so it can skip its own notices.
 fn appended(key: SessionKey, last_seq: u64) -> Notice {
     Notice::Appended { key, last_seq, by: Some("a".to_string()) }
 }

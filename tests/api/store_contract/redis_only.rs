@@ -21,9 +21,10 @@ async fn a_redis_store_opens_while_redis_is_down_and_reports_it_unavailable() {
     let mut h = open_store(Some("redis://127.0.0.1:1".to_string()), 100);
     let k = key("acme", "s1");
     assert!(matches!(h.store.health.ping().await, Err(StoreError::Unavailable(_))));
-    assert!(matches!(h.store.state.load(&k).await, Err(StoreError::Unavailable(_))));
-    let results = h.store.log.append(&[batch(&k, "a", ["x"]), batch(&key("acme", "s2"), "a", ["y"])]).await;
-    assert!(results.iter().all(|r| matches!(r, Err(StoreError::Unavailable(_)))), "{results:?}");
+    assert!(matches!(h.store.sessions.load(&k, true).await, Err(StoreError::Unavailable(_))));
+    let commits = [Commit::new(k.clone(), Fence::Absent, "a"), Commit::new(key("acme", "s2"), Fence::Absent, "a")];
+    let results = h.store.sessions.commit(&commits).await;
+    assert!(results.iter().all(|r| matches!(r, Err(CommitError::Store(StoreError::Unavailable(_))))), "{results:?}");
     // Watching only registers while the subscription is down.
     let watched = timeout(Duration::from_secs(5), h.store.notifications.watch(&k)).await;
     assert_eq!(watched.expect("watch answers while Redis is down"), Ok(()));
@@ -35,18 +36,18 @@ async fn the_subscription_reconnects_resubscribes_and_announces_it() {
     let proxy = Proxy::start().await;
     let mut h = open_store(Some(proxy.url()), 100);
     let k = key("acme", "s1");
-    create_owned(&h.store, &k, "a").await;
+    let tenure = create_owned(&h.store, &k, "a").await;
     h.store.notifications.watch(&k).await.unwrap();
 
     proxy.cut_connections();
     // Nothing else was published meanwhile, so the first notice is this one.
     let first = timeout(Duration::from_secs(10), h.notices.recv()).await;
     assert_eq!(first.expect("a notice within 10 s"), Some(Notice::Resubscribed));
-    // The pool may hand out a connection that was cut: retry until it heals.
-    eventually("an append goes through again", || async {
-        h.store.log.append(&[batch(&k, "a", ["x"])]).await[0].is_ok()
-    })
-    .await;
+    // The connection may still be the cut one: retry until it heals (the
+    // same commit number each time: one that went through is answered again).
+    let mut commit = Commit::new(k.clone(), Fence::Owner { instance: tenure.instance.clone(), epoch: 1, n: 1 }, "a");
+    commit.events = vec!["x".into()];
+    eventually("a commit goes through again", || async { commit_one(&h.store, commit.clone()).await.is_ok() }).await;
     assert!(matches!(
         next_notice(&mut h.notices).await,
         Notice::Appended { key, .. } if key == k
@@ -71,7 +72,7 @@ async fn dropping_a_redis_store_closes_its_connections() {
     let h = open_store(Some(proxy.url()), 100);
     h.store.health.ping().await.unwrap();
     h.store.notifications.watch(&key("acme", "s1")).await.unwrap();
-    assert!(proxy.live() >= 2, "a pooled and a subscription connection");
+    assert!(proxy.live() >= 2, "a command and a subscription connection");
     drop(h);
     eventually("every connection is closed", || async { proxy.live() == 0 }).await;
 }
@@ -147,17 +148,23 @@ impl Proxy {
 }
 
 #[tokio::test]
-async fn appends_load_the_script_again_after_a_script_flush() {
+async fn commits_load_the_script_again_after_a_script_flush() {
     let h = open_store(Some(redis_url()), 100);
     let keys = [key("acme", "s1"), key("acme", "s2")];
+    let mut tenures = Vec::new();
     for k in &keys {
-        create_owned(&h.store, k, "a").await;
-        append_numbered(&h.store, k, 1, 1).await;
+        let mut tenure = create_owned(&h.store, k, "a").await;
+        tenure.append(&h.store, 1, 1).await;
+        tenures.push(tenure);
     }
     let client = redis::Client::open(redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(&mut conn).await.unwrap();
-    let results = h.store.log.append(&[batch(&keys[0], "a", ["x"]), batch(&keys[1], "b", ["y"])]).await;
-    assert_eq!(results, vec![Ok((2, 2)), Err(StoreError::NotLeaseholder)]);
+    let mut commits: Vec<Commit> = tenures.iter_mut().map(Tenure::next).collect();
+    commits[0].events = vec!["x".into()];
+    commits[1].fence = Fence::Owner { instance: "b".into(), epoch: 1, n: 2 };
+    let results = h.store.sessions.commit(&commits).await;
+    assert!(matches!(results[0], Ok(Committed { first_seq: 2, last_seq: 2, .. })), "{results:?}");
+    assert_eq!(results[1], Err(CommitError::Conflict(Conflict::Fenced)));
     assert_eq!(seqs_after(&h.store, &keys[0], 0, 10).await, [1, 2]);
 }

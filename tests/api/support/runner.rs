@@ -2,10 +2,11 @@
 //! machinery (log, leases, takeover, resume) is tested on its own. What a
 //! turn does is chosen by the user message:
 //!
-//! - `gated N`: appends N text deltas, each only after the test releases one
-//!   permit ([`ScriptedRunner::release`]), then ends the turn;
-//! - `pause`: appends a delta, then pauses with one pending frontend call
-//!   `call_1` (`render_chart`);
+//! - `gated N`: commits N text deltas, each on its own (so each is an event
+//!   of its own) and only after the test releases one permit
+//!   ([`ScriptedRunner::release`]), then ends the turn;
+//! - `pause`: appends a delta, then completes a step that calls the frontend
+//!   tool `render_chart` (`call_1`) and pauses for it;
 //! - after a resume (the pending call has its result): appends a delta
 //!   quoting it and ends the turn.
 //!
@@ -18,12 +19,8 @@ use std::sync::{
 
 use async_trait::async_trait;
 use switchboard::{
-    protocol::{AgentRef, EventKind, PendingCall, TurnEndReason},
-    providers::{ToolCall, Usage},
-    sessions::{
-        RunHandle, TurnRunner,
-        state::{CallPlan, PlannedCall},
-    },
+    domain::{AgentRef, CallDecision, EventKind, PermissionRules, Role, StepOutput, ToolCall, TurnEndReason},
+    sessions::{RunHandle, TurnRunner},
 };
 use tokio::sync::{Notify, Semaphore};
 
@@ -71,59 +68,52 @@ fn delta(text: impl Into<String>) -> EventKind {
 
 #[async_trait]
 impl TurnRunner for ScriptedRunner {
-    async fn run(&self, handle: RunHandle) {
+    async fn run(&self, mut handle: RunHandle) {
         self.runs.fetch_add(1, Ordering::SeqCst);
         let agent = main_agent();
+        let end = |handle: RunHandle| async move {
+            let _ = handle.end(|s| s.end(TurnEndReason::Final)).await;
+        };
         if handle.taken_over_from().is_some() {
             self.takeovers.fetch_add(1, Ordering::SeqCst);
             self.takeover_seen.notify_waiters();
-            let _ = handle.append(&agent, vec![delta("taken over")]).await;
-            let _ = handle.finish(TurnEndReason::Final, 1, Usage::default()).await;
-            return;
+            let _ = handle.emit(&agent, delta("taken over")).await;
+            return end(handle).await;
         }
-        let answered = handle.doc().turn_state.calls.first().and_then(|c| c.result.clone());
-        if let Some(result) = answered {
-            let text = format!("got {}", result.output);
-            let _ = handle.append(&agent, vec![delta(text)]).await;
-            let _ = handle.finish(TurnEndReason::Final, 2, Usage::default()).await;
-            return;
+        let history = handle.session().history().unwrap_or_default();
+        let Some(last) = history.last().cloned() else { return };
+        if last.role == Role::Tool {
+            // Resumed: the frontend call has its result.
+            let text = format!("got {}", last.content.unwrap_or_default());
+            let _ = handle.emit(&agent, delta(text)).await;
+            return end(handle).await;
         }
-        let Some(last) = handle.doc().messages.last().cloned() else { return };
         let content = last.content.unwrap_or_default();
         if content == "pause" {
-            let _ = handle.append(&agent, vec![delta("let me draw that")]).await;
-            let call = PendingCall {
-                tool_call_id: "call_1".into(),
-                tool: "render_chart".into(),
-                arguments: serde_json::json!({"metric": "cpu"}),
-            };
-            let planned = PlannedCall {
-                call: ToolCall {
-                    id: "call_1".into(),
-                    name: "render_chart".into(),
-                    arguments: r#"{"metric":"cpu"}"#.into(),
-                },
-                plan: CallPlan::Client,
-                result: None,
-            };
-            let mut handle = handle;
-            if handle.checkpoint(|doc| doc.turn_state.calls = vec![planned.clone()]).await.is_ok() {
-                let _ = handle.pause(vec![], vec![call]).await;
+            let _ = handle.emit(&agent, delta("let me draw that")).await;
+            let call =
+                ToolCall { id: "call_1".into(), name: "render_chart".into(), arguments: r#"{"metric":"cpu"}"#.into() };
+            let step = StepOutput { calls: vec![call], ..StepOutput::default() };
+            let planned =
+                handle.apply(|s| s.complete_step(step, vec![CallDecision::Client], PermissionRules::default()));
+            if planned.is_ok() {
+                let _ = handle.end(|s| s.pause()).await;
             }
         } else if let Some(n) = content.strip_prefix("gated ").and_then(|n| n.parse::<usize>().ok()) {
             for i in 1..=n {
                 tokio::select! {
                     permit = self.gate.acquire() => permit.expect("the gate stays open").forget(),
-                    () = handle.cancelled().cancelled() => return,
+                    () = handle.cancelled().cancelled() => return drop(handle.stop().await),
                 }
-                if handle.append(&agent, vec![delta(format!("d{i} "))]).await.is_err() {
-                    return;
+                let text = format!("d{i} ");
+                if handle.transition(|_| Ok(vec![delta(text)])).await.is_err() {
+                    return drop(handle.stop().await);
                 }
             }
-            let _ = handle.finish(TurnEndReason::Final, 1, Usage::default()).await;
+            end(handle).await;
         } else {
-            let _ = handle.append(&agent, vec![delta(format!("echo {content}"))]).await;
-            let _ = handle.finish(TurnEndReason::Final, 1, Usage::default()).await;
+            let _ = handle.emit(&agent, delta(format!("echo {content}"))).await;
+            end(handle).await;
         }
     }
 }

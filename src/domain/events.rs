@@ -1,5 +1,6 @@
-//! Canonical session events: what the orchestrator emits, what the event log
-//! stores, and what every dialect encoder translates.
+//! Canonical session events: what a session's transitions and its model
+//! steps imply, what the event log stores, and what every dialect encoder
+//! translates.
 //!
 //! An event is stored as JSON without its sequence number (the log assigns
 //! it); [`LogEvent`] is an event read back, with `seq`, ready to send.
@@ -9,7 +10,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::providers::Usage;
+use super::{
+    codes::{FailureCode, ToolStatus},
+    conversation::Usage,
+};
 
 /// Which agent emitted an event: the session's main agent (depth 0) or a
 /// subagent started by the `agent` tool.
@@ -90,8 +94,7 @@ pub enum EventKind {
     ToolResult {
         tool_call_id: String,
         name: String,
-        /// `success`, `error` or `denied`.
-        status: String,
+        status: ToolStatus,
         output: Value,
     },
     RelayRequested(PendingRelay),
@@ -134,7 +137,7 @@ pub enum EventKind {
         usage: Usage,
     },
     Error {
-        code: String,
+        code: FailureCode,
         message: String,
         /// When retrying makes sense, how long to wait first (a rate limit).
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,54 +1,67 @@
-//! One model call: stream it, turn what arrives into canonical events as it
-//! arrives, and assemble the complete response (text, reasoning, tool calls
-//! whose arguments came in fragments, usage, finish reason).
-//!
-//! Each call runs in a `chat {model}` CLIENT span with the GenAI attributes
-//! (the provider request carries its trace context), and is measured: time
-//! to first token, duration by outcome, tokens by tenant and model.
+//! Every model call — a main-agent step, a subagent's step, a compaction's
+//! summary — goes through [`call`]: the tenant's token budget is reserved
+//! before it is sent and settled to the reported usage after it, it runs in
+//! a `chat {model}` CLIENT span with the GenAI attributes (the provider
+//! request carries its trace context), and it is measured (time to first
+//! token, duration by outcome, tokens by tenant and model). What arrives is
+//! turned into canonical events as it arrives (unless the call is quiet)
+//! and assembled into the complete response.
 
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use super::context;
 use crate::{
-    config::ModelConfig,
-    protocol::{AgentRef, EventKind},
-    providers::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ProviderError, ToolCall, Usage},
+    config::{Config, ModelConfig, StoreFailure},
+    domain::{AgentRef, EventKind, StepOutput, ToolCall},
+    providers::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ProviderError},
     sessions::{Emitter, SessionError},
+    store::{Quotas, TokenWindow},
     telemetry::{
         attributes as attr,
         metrics::{Metrics, ModelCallLabels, ModelLabels},
         timing::UpstreamTime,
     },
 };
-use tokio_util::sync::CancellationToken;
 
-/// What a model call is for: the labels of its span and metrics.
+/// Who makes the call and what it is charged to: the labels of its span and
+/// metrics, and the tenant's budget.
 pub struct ModelCall<'a> {
     pub provider: &'a dyn ModelProvider,
     pub model: &'a ModelConfig,
+    pub config: &'a Config,
     pub tenant: &'a str,
     pub session_id: &'a str,
+    pub budget: &'a dyn Quotas,
     pub metrics: &'a Metrics,
     /// The turn's upstream time (`Server-Timing`).
     pub upstream: &'a UpstreamTime,
 }
 
-#[derive(Debug, Default)]
-pub struct StepOutput {
-    pub text: String,
-    pub reasoning: String,
-    pub calls: Vec<ToolCall>,
-    pub usage: Usage,
+/// Where a call's streamed output goes.
+pub enum Output<'a> {
+    /// As events of `agent`, to the session's clients.
+    Events { emitter: &'a Emitter, agent: &'a AgentRef },
+    /// Nowhere: only the assembled response counts (a compaction's summary).
+    Quiet,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// The tenant's token budget for this minute cannot take the call.
+    #[error("the tenant's budget of {limit} model tokens per minute is spent; retry in {retry_after_secs} s")]
+    OverBudget { limit: u64, retry_after_secs: u64 },
+    /// The budget could not be checked (the store did not answer) and
+    /// limits fail closed.
+    #[error("the token budget cannot be checked")]
+    BudgetUnchecked,
     #[error("cancelled")]
     Cancelled,
     #[error(transparent)]
@@ -60,27 +73,83 @@ impl StepError {
     fn kind(&self) -> &'static str {
         match self {
             Self::Provider(ProviderError::Http { .. }) => "http_error",
-            Self::Provider(ProviderError::RateLimited { .. }) => "rate_limited",
+            Self::Provider(ProviderError::RateLimited { .. }) | Self::OverBudget { .. } => "rate_limited",
             Self::Provider(ProviderError::Timeout(_)) => "timeout",
             Self::Provider(ProviderError::Disconnected(_)) => "disconnected",
             Self::Provider(ProviderError::Protocol(_)) => "protocol",
+            Self::BudgetUnchecked => "budget_unchecked",
             Self::Cancelled => "cancelled",
             Self::Session(_) => "session",
         }
     }
 }
 
-/// Streams one response, emitting events for `agent`. Wakes on: the next
-/// upstream event, or the turn's cancellation (which drops the upstream
-/// request).
-pub async fn run(
+/// Makes one model call. Wakes on: the next upstream event, or `cancelled`
+/// (which drops the upstream request).
+pub async fn call(
     call: &ModelCall<'_>,
     request: ModelRequest,
-    events: &Emitter,
+    output: Output<'_>,
     cancelled: &CancellationToken,
-    agent: &AgentRef,
+) -> Result<StepOutput, StepError> {
+    let reservation = reserve(call, &request).await?;
+    let result = measured(call, request, output, cancelled).await;
+    if let Some(reservation) = reservation {
+        // A call that failed reports no usage: its reservation is given back.
+        let used = result.as_ref().map_or(0, |o| o.usage.input_tokens + o.usage.output_tokens);
+        reservation.settle(call, used).await;
+    }
+    result
+}
+
+/// Tokens of a model call reserved in the tenant's per-minute budget.
+struct Reservation {
+    window: TokenWindow,
+    estimate: u64,
+}
+
+impl Reservation {
+    /// Corrects the reservation to what the call used.
+    async fn settle(self, call: &ModelCall<'_>, used: u64) {
+        let delta = used as i64 - self.estimate as i64;
+        if let Err(e) = call.budget.correct_tokens(call.tenant, self.window, delta).await {
+            tracing::warn!(tenant = %call.tenant, error = %e, "cannot correct the token count");
+        }
+    }
+}
+
+/// Reserves the estimated tokens of a call (prompt plus the output it may
+/// write) when the tenant has a budget.
+async fn reserve(call: &ModelCall<'_>, request: &ModelRequest) -> Result<Option<Reservation>, StepError> {
+    let limits = call.config.tenants.get(call.tenant).and_then(|t| t.rate_limit);
+    let Some(limit) = limits.and_then(|l| l.tokens_per_minute) else { return Ok(None) };
+    let estimate = context::estimate(&request.messages) + u64::from(request.max_output_tokens);
+    match call.budget.reserve_tokens(call.tenant, estimate, limit).await {
+        Ok(Some(window)) => Ok(Some(Reservation { window, estimate })),
+        Ok(None) => {
+            call.metrics.rate_limit(call.tenant, "limited_tokens");
+            Err(StepError::OverBudget { limit, retry_after_secs: TokenWindow::seconds_left() })
+        }
+        Err(e) if call.config.on_store_error == StoreFailure::FailOpen => {
+            tracing::warn!(tenant = %call.tenant, error = %e, "token budget unchecked (fail open)");
+            Ok(None)
+        }
+        Err(_) => Err(StepError::BudgetUnchecked),
+    }
+}
+
+/// The call in its span, measured.
+async fn measured(
+    call: &ModelCall<'_>,
+    request: ModelRequest,
+    output: Output<'_>,
+    cancelled: &CancellationToken,
 ) -> Result<StepOutput, StepError> {
     let model = call.model;
+    let agent_id = match &output {
+        Output::Events { agent, .. } => agent.agent_id.as_str(),
+        Output::Quiet => "main",
+    };
     let span = tracing::info_span!(
         "chat",
         { attr::OTEL_NAME } = format!("{} {}", attr::OPERATION_CHAT, model.model),
@@ -91,7 +160,7 @@ pub async fn run(
         { attr::GEN_AI_REQUEST_MODEL } = &model.model,
         { attr::GEN_AI_REQUEST_MAX_TOKENS } = i64::from(request.max_output_tokens),
         { attr::GEN_AI_CONVERSATION_ID } = call.session_id,
-        { attr::GEN_AI_AGENT_ID } = &agent.agent_id,
+        { attr::GEN_AI_AGENT_ID } = agent_id,
         { attr::SERVER_ADDRESS } = server_address(&model.base_url),
         { attr::GEN_AI_RESPONSE_MODEL } = tracing::field::Empty,
         { attr::GEN_AI_USAGE_INPUT_TOKENS } = tracing::field::Empty,
@@ -100,8 +169,7 @@ pub async fn run(
     );
     let started = Instant::now();
     let mut first_token = None;
-    let result =
-        stream(call.provider, request, events, cancelled, agent, &mut first_token).instrument(span.clone()).await;
+    let result = stream(call.provider, request, &output, cancelled, &mut first_token).instrument(span.clone()).await;
     let labels = ModelLabels { model: model.alias.clone(), provider: call.provider.name().to_string() };
     if let Some(at) = first_token {
         call.metrics.time_to_first_token.get_or_create(&labels).observe(at.duration_since(started).as_secs_f64());
@@ -137,16 +205,23 @@ fn server_address(base_url: &str) -> String {
 async fn stream(
     provider: &dyn ModelProvider,
     request: ModelRequest,
-    events: &Emitter,
+    output: &Output<'_>,
     cancelled: &CancellationToken,
-    agent: &AgentRef,
     first_token: &mut Option<Instant>,
 ) -> Result<(StepOutput, FinishReason), StepError> {
+    let emit = |kind: EventKind| async move {
+        match output {
+            Output::Events { emitter, agent } => emitter.emit(agent, kind).await,
+            Output::Quiet => Ok(()),
+        }
+    };
+    // A continued answer starts with the text its clients already have.
+    let mut out = StepOutput { text: request.prefill.clone().unwrap_or_default(), ..StepOutput::default() };
+    let mut trim_next = out.text.ends_with(char::is_whitespace);
     let mut stream = tokio::select! {
         started = provider.stream(request) => started?,
         () = cancelled.cancelled() => return Err(StepError::Cancelled),
     };
-    let mut out = StepOutput::default();
     // index → (id, name, arguments so far)
     let mut calls: BTreeMap<u32, (String, String, String)> = BTreeMap::new();
     let mut finish = None;
@@ -169,16 +244,21 @@ async fn stream(
             *first_token = Some(Instant::now());
         }
         match event {
-            ModelEvent::TextDelta(text) => {
+            ModelEvent::TextDelta(mut text) => {
+                // The prefill sent had its trailing whitespace cut (Anthropic
+                // refuses it); the model may write it again.
+                if std::mem::take(&mut trim_next) {
+                    text = text.trim_start().to_string();
+                }
                 out.text.push_str(&text);
-                events.emit(agent, EventKind::TextDelta { text }).await?;
+                emit(EventKind::TextDelta { text }).await?;
             }
             ModelEvent::ReasoningDelta(text) => {
                 out.reasoning.push_str(&text);
-                events.emit(agent, EventKind::ReasoningDelta { text }).await?;
+                emit(EventKind::ReasoningDelta { text }).await?;
             }
             ModelEvent::ToolCallStart { index, id, name } => {
-                events.emit(agent, EventKind::ToolCallStarted { tool_call_id: id.clone(), name: name.clone() }).await?;
+                emit(EventKind::ToolCallStarted { tool_call_id: id.clone(), name: name.clone() }).await?;
                 calls.insert(index, (id, name, String::new()));
             }
             ModelEvent::ToolCallDelta { index, fragment } => {
@@ -186,7 +266,7 @@ async fn stream(
                     return Err(ProviderError::Protocol(format!("arguments for unknown tool call {index}")).into());
                 };
                 arguments.push_str(&fragment);
-                events.emit(agent, EventKind::ToolCallArgs { tool_call_id: id.clone(), delta: fragment }).await?;
+                emit(EventKind::ToolCallArgs { tool_call_id: id.clone(), delta: fragment }).await?;
             }
             ModelEvent::Usage(usage) => out.usage.add(&usage),
             ModelEvent::Finish(reason) => finish = Some(reason),
@@ -206,10 +286,5 @@ async fn stream(
             arguments: if arguments.is_empty() { "{}".into() } else { arguments },
         })
         .collect();
-    if !out.text.is_empty() || !out.reasoning.is_empty() {
-        let content = (!out.text.is_empty()).then(|| out.text.clone());
-        let reasoning = (!out.reasoning.is_empty()).then(|| out.reasoning.clone());
-        events.emit(agent, EventKind::MessageCompleted { content, reasoning }).await?;
-    }
     Ok((out, finish))
 }

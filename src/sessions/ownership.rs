@@ -1,0 +1,402 @@
+//! Who runs which session: this instance's heartbeat, the takeover of
+//! sessions whose instance died or handed them off, the restart of turns
+//! the store stopped, wake-ups for running turns, and drain.
+//!
+//! An instance owns the sessions it runs; it is alive while its heartbeat
+//! (one store write every `lease_ttl / 3`, however many sessions it runs)
+//! is within `lease_ttl`. Every write of a running session is fenced by the
+//! owner's tenure, so an instance presumed dead too early cannot write over
+//! the one that took its sessions: its next commit is refused and its turn
+//! stops.
+//!
+//! Three tasks, all on the app's tracker:
+//! - the heartbeat; on shutdown (after the drain) it marks the instance
+//!   gone, so whatever it still owns is taken over at the next sweep;
+//! - the sweep, every `lease_ttl / 3` and at once when a hand-off is
+//!   announced: it takes over the sessions of dead instances and the
+//!   orphans (active sessions nobody owns: handed off by a draining
+//!   replica), and restarts this instance's turns that the store stopped;
+//! - the waker: passes wake-ups heard on the subscription to the turns
+//!   running here (a decision, a cancel, a takeover elsewhere).
+//!
+//! A takeover is one commit, fenced by the session as it was read, that
+//! takes the session and records what the takeover implies (a
+//! `step_restarted` where a step was cut short; "outcome unknown" results
+//! for tools that must not run twice): of several replicas looking at once,
+//! exactly one wins, and the runner is started once.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc};
+
+use super::{Sessions, Stop, fence_of, hub::Wake};
+use crate::{
+    domain::{EventKind, LogEvent, StepRestart},
+    store::{OwnerChange, Record, SessionKey},
+};
+
+/// Sessions examined per sweep pass and source.
+const SWEEP_BATCH: usize = 64;
+/// Dead instances examined per sweep pass.
+const DEAD_BATCH: usize = 16;
+/// Takeovers in flight at once during a sweep.
+const TAKEOVERS_AT_ONCE: usize = 16;
+/// Events per store read when looking at a cut step.
+const PARTIAL_PAGE: usize = 500;
+
+/// Where a takeover's run comes from.
+pub(super) struct Takeover {
+    /// The replica (configured id) that ran it before, or `""` when it was
+    /// handed off without a known owner.
+    pub from: String,
+    /// The text of the step cut short, when the run continues it.
+    pub continuation: Option<String>,
+    /// A cancel request waits: the run ends the turn at once.
+    pub cancel: bool,
+}
+
+/// Whom a takeover expects to find owning the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    /// A dead instance.
+    Dead(String),
+    /// Nobody (a hand-off).
+    Nobody,
+    /// This instance, whose turn the store stopped.
+    Myself,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Taken,
+    /// Nothing to take: it ended, or someone else runs it.
+    Nothing,
+    /// The store failed: try again later.
+    Failed,
+}
+
+pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
+    let period = sessions.config().store.lease_ttl / 3;
+    let tasks = sessions.inner.tasks.clone();
+    let shutdown = sessions.inner.shutdown.clone();
+    let sweep_now = std::sync::Arc::new(Notify::new());
+    let beating = std::sync::Arc::new(Notify::new());
+
+    let heart = sessions.clone();
+    let stop = shutdown.clone();
+    let first_beat = beating.clone();
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beat_before = false;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => break,
+            }
+            if heart.heartbeat(beat_before).await {
+                if !beat_before {
+                    first_beat.notify_one();
+                }
+                beat_before = true;
+            }
+        }
+        if !heart.inner.halted.load(Ordering::SeqCst)
+            && let Err(e) = heart.store().replicas.leave(heart.instance()).await
+        {
+            tracing::warn!(error = %e, "cannot mark this instance gone; its heartbeat lapses by itself");
+        }
+    });
+
+    let sweeper = sessions.clone();
+    let stop = shutdown.clone();
+    let woken = sweep_now.clone();
+    tasks.spawn(async move {
+        // Take nothing over before this instance is known to be alive.
+        tokio::select! {
+            () = beating.notified() => {}
+            () = stop.cancelled() => return,
+        }
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = woken.notified() => {}
+                () = stop.cancelled() => break,
+            }
+            sweeper.sweep().await;
+        }
+    });
+
+    let waker = sessions;
+    tasks.spawn(async move {
+        loop {
+            let wake = tokio::select! {
+                wake = wakes.recv() => wake,
+                () = shutdown.cancelled() => None,
+            };
+            match wake {
+                None => break,
+                Some(Wake::Session(key)) => waker.wake_local(&key).await,
+                Some(Wake::Orphans) => sweep_now.notify_one(),
+                Some(Wake::Everyone) => {
+                    let keys: Vec<SessionKey> = waker.inner.running.iter().map(|r| r.key().clone()).collect();
+                    for key in keys {
+                        waker.wake_local(&key).await;
+                    }
+                    sweep_now.notify_one();
+                }
+            }
+        }
+    });
+}
+
+/// Takes `key` over, read as `record`, if it should be running but its
+/// owner is gone (a request touching the session found it so).
+pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey, record: &Record) {
+    if sessions.inner.drain.is_cancelled() || sessions.inner.halted.load(Ordering::SeqCst) {
+        return;
+    }
+    let expect = match &record.owner {
+        None => Expect::Nobody,
+        Some(owner) if owner == sessions.instance() => return,
+        Some(owner) => match sessions.store().replicas.alive(owner).await {
+            Ok(false) => Expect::Dead(owner.clone()),
+            Ok(true) | Err(_) => return,
+        },
+    };
+    take_over(sessions, key, expect).await;
+}
+
+/// Takes `key` over if whoever `expect` names still owns it and it is
+/// active, and starts its runner here.
+async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Outcome {
+    let loaded = match sessions.load(key, true).await {
+        Ok(Some(loaded)) => loaded,
+        Ok(None) => return Outcome::Nothing,
+        Err(e) => {
+            tracing::warn!(session = %key.id, error = %e, "cannot read a session to take it over");
+            return Outcome::Failed;
+        }
+    };
+    let (record, mut session) = loaded;
+    let owner_matches = match &expect {
+        Expect::Dead(instance) => record.owner.as_deref() == Some(instance.as_str()),
+        Expect::Nobody => record.owner.is_none(),
+        Expect::Myself => record.owner.as_deref() == Some(sessions.instance()),
+    };
+    if !session.status().is_active() || !owner_matches {
+        return Outcome::Nothing;
+    }
+    let (restart, continuation) = match cut_step(sessions, key, &record, session.model()).await {
+        Ok(cut) => cut,
+        Err(e) => {
+            tracing::warn!(session = %key.id, error = %e, "cannot read the log to take a session over");
+            return Outcome::Failed;
+        }
+    };
+    let config = sessions.config();
+    let rerun = |call: &crate::domain::ToolCall| config.tool(&call.name).is_none_or(|tool| tool.retry_on_takeover);
+    let events = match session.take_over(sessions.replica(), restart, &rerun) {
+        Ok(events) => events,
+        Err(_) => return Outcome::Nothing,
+    };
+    let Ok(mut commit) = sessions.session_commit(key, fence_of(&record), &session, &events) else {
+        return Outcome::Failed;
+    };
+    commit.owner = OwnerChange::Acquire(sessions.instance().to_string());
+    commit.open_relays =
+        session.live_relays().into_iter().filter(|r| !record.relays.iter().any(|(id, _)| id == r)).collect();
+    let committed = match sessions.commit_one(commit).await {
+        Ok(committed) => committed,
+        Err(super::SessionError::Store(e)) => {
+            tracing::warn!(session = %key.id, error = %e, "takeover failed");
+            return Outcome::Failed;
+        }
+        // Another replica won the race, or the owner came back.
+        Err(_) => return Outcome::Nothing,
+    };
+    session.conversation_saved();
+    // Still one of the tenant's running sessions: refresh, never refuse.
+    let _ = sessions.hold_slot(key, false).await;
+    let from = match &expect {
+        Expect::Dead(instance) => replica_of(instance).to_string(),
+        Expect::Myself => sessions.replica().to_string(),
+        Expect::Nobody => String::new(),
+    };
+    tracing::info!(session = %key.id, from = %from, restart = ?restart, "took over session");
+    let link = session.trace_parent().map(str::to_string);
+    let takeover = Takeover { from, continuation, cancel: record.cancel_requested };
+    sessions.spawn_runner(key.clone(), session, committed, Some(takeover), link);
+    Outcome::Taken
+}
+
+/// What became of the model step the previous owner was streaming: its
+/// main-agent output after the last commit that wrote the state. A step
+/// with only text continues from that text where the model is configured
+/// to (`continue_partial`); any other cut step is generated again.
+async fn cut_step(
+    sessions: &Sessions,
+    key: &SessionKey,
+    record: &Record,
+    model: &str,
+) -> Result<(StepRestart, Option<String>), super::SessionError> {
+    let (mut text, mut other) = (String::new(), false);
+    let mut after = record.checkpoint_seq;
+    while after < record.last_seq {
+        let range = sessions.store().log.read_after(key, after, PARTIAL_PAGE).await?;
+        let Some(last) = range.events.last().map(|e| e.seq) else { break };
+        for stored in &range.events {
+            let Ok(event) = LogEvent::from_stored(key.id.clone(), stored.seq, &stored.payload) else { continue };
+            if event.event.agent.agent_id != "main" {
+                continue;
+            }
+            match &event.event.kind {
+                EventKind::TextDelta { text: delta } => text.push_str(delta),
+                EventKind::ReasoningDelta { .. }
+                | EventKind::ToolCallStarted { .. }
+                | EventKind::ToolCallArgs { .. } => other = true,
+                _ => {}
+            }
+        }
+        after = last;
+    }
+    let continues = sessions.config().models.get(model).is_some_and(|m| m.continue_partial);
+    Ok(match (text.is_empty(), other) {
+        (true, false) => (StepRestart::Nothing, None),
+        (false, false) if continues => (StepRestart::Continue, Some(text)),
+        _ => (StepRestart::Regenerate, None),
+    })
+}
+
+/// The configured replica id of an instance id (`<replica>#<random>`).
+fn replica_of(instance: &str) -> &str {
+    instance.split('#').next().unwrap_or(instance)
+}
+
+impl Sessions {
+    /// One heartbeat (and a refresh of the tenant slots this instance
+    /// holds). True when it was written. A beat that finds the last one
+    /// lapsed makes every turn here check it still owns its session.
+    async fn heartbeat(&self, beat_before: bool) -> bool {
+        let ttl = self.config().store.lease_ttl;
+        match self.store().replicas.heartbeat(self.instance(), ttl).await {
+            Ok(fresh) => {
+                if !fresh && beat_before {
+                    tracing::warn!("this instance's heartbeat had lapsed; checking its sessions");
+                    let keys: Vec<SessionKey> = self.inner.running.iter().map(|r| r.key().clone()).collect();
+                    for key in keys {
+                        self.wake_local(&key).await;
+                    }
+                }
+                let keys: Vec<SessionKey> = self.inner.running.iter().map(|r| r.key().clone()).collect();
+                for key in keys {
+                    let _ = self.hold_slot(&key, false).await;
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot write the heartbeat");
+                false
+            }
+        }
+    }
+
+    /// One pass: this instance's stopped turns, dead instances' sessions,
+    /// orphans.
+    async fn sweep(&self) {
+        if self.inner.drain.is_cancelled() || self.inner.halted.load(Ordering::SeqCst) {
+            return;
+        }
+        let recovering: Vec<SessionKey> = self.inner.recovering.iter().map(|r| r.key().clone()).collect();
+        for key in recovering {
+            if take_over(self, &key, Expect::Myself).await != Outcome::Failed {
+                self.inner.recovering.remove(&key);
+            }
+        }
+        match self.store().replicas.dead(DEAD_BATCH).await {
+            Ok(dead) => {
+                for instance in dead.into_iter().filter(|i| i != self.instance()) {
+                    self.sweep_dead(&instance).await;
+                }
+            }
+            Err(e) => return tracing::debug!(error = %e, "takeover sweep skipped"),
+        }
+        if let Ok(orphans) = self.store().replicas.orphans(SWEEP_BATCH).await {
+            let outcomes = self.take_all(orphans, Expect::Nobody).await;
+            for (key, outcome) in outcomes {
+                if outcome == Outcome::Nothing {
+                    let _ = self.store().replicas.adopted(&key).await;
+                }
+            }
+        }
+    }
+
+    /// Takes over what `instance` (dead) owned; forgets it when nothing is left.
+    async fn sweep_dead(&self, instance: &str) {
+        let Ok(owned) = self.store().replicas.owned(instance, SWEEP_BATCH).await else { return };
+        let outcomes = self.take_all(owned, Expect::Dead(instance.to_string())).await;
+        let done: Vec<SessionKey> =
+            outcomes.into_iter().filter(|(_, outcome)| *outcome != Outcome::Failed).map(|(key, _)| key).collect();
+        if let Err(e) = self.store().replicas.disown(instance, &done).await {
+            tracing::debug!(error = %e, "cannot update a dead instance's sessions");
+        }
+    }
+
+    async fn take_all(&self, keys: Vec<SessionKey>, expect: Expect) -> Vec<(SessionKey, Outcome)> {
+        futures::stream::iter(keys)
+            .map(|key| {
+                let expect = expect.clone();
+                async move {
+                    let outcome = take_over(self, &key, expect).await;
+                    (key, outcome)
+                }
+            })
+            .buffer_unordered(TAKEOVERS_AT_ONCE)
+            .collect()
+            .await
+    }
+
+    /// Passes a wake-up to the turn of `key` if it runs here: a takeover
+    /// elsewhere stops it, a cancel request ends it, anything else (a
+    /// decision) wakes its wait.
+    async fn wake_local(&self, key: &SessionKey) {
+        let Some(running) = self.inner.running.get(key).map(|r| r.clone()) else { return };
+        match self.store().sessions.load(key, false).await {
+            Ok(Some(record)) if record.owner.as_deref() != Some(self.instance()) || record.epoch != running.epoch => {
+                running.stop(Stop::Lost);
+            }
+            Ok(Some(record)) if record.cancel_requested => running.stop(Stop::Cancel),
+            Ok(None) => running.stop(Stop::Lost),
+            _ => running.wake.notify_one(),
+        }
+    }
+
+    /// Drains this replica: no new turns run here (they are committed for
+    /// another replica to take at once), streams end with a frame telling
+    /// their clients to rejoin, and each running turn is handed off at its
+    /// next commit. Returns when every turn has been handed off, or when
+    /// `grace` has passed.
+    pub async fn drain(&self, grace: Duration) {
+        self.inner.drain.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        for running in self.inner.running.iter() {
+            running.stop(Stop::Drain);
+        }
+        loop {
+            let idle = self.inner.idle.notified();
+            if self.inner.running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                () = idle => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(left = self.inner.running.len(), "drain grace expired with turns still running here");
+                    break;
+                }
+            }
+        }
+    }
+}

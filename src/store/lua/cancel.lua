@@ -1,0 +1,12 @@
+-- Asks the owner of a running session to cancel its turn, and wakes it.
+--
+-- KEYS[1] state hash   ARGV[1] notice channel
+-- Returns "recorded", "missing", or the status of a session that does not
+-- run (the caller cancels a paused one itself, with a commit).
+
+local st = redis.call('HGET', KEYS[1], 'st')
+if not st then return 'missing' end
+if st ~= 'running' and st ~= 'awaiting_relay' then return st end
+redis.call('HSET', KEYS[1], 'cancel', '1')
+redis.call('PUBLISH', ARGV[1], 'w')
+return 'recorded'

@@ -1,0 +1,137 @@
+-- One transition of one session, all or nothing: the fence is checked,
+-- then the state document, the new messages, the events, the owner change
+-- and the inbox changes are written. Touches the session's keys only (one
+-- hash tag), so it runs unchanged on Redis Cluster.
+--
+-- KEYS[1] state hash   KEYS[2] messages list   KEYS[3] event stream
+-- ARGV[1]  fence: "absent" | "unchanged" | "owner"
+-- ARGV[2]  unchanged: version                    owner: -
+-- ARGV[3]  unchanged / owner: epoch
+-- ARGV[4]  unchanged: last seq                   owner: commit number n
+-- ARGV[5]  unchanged: owner ("" for none)        owner: instance
+-- ARGV[6]  owner change: "keep" | "acquire" | "release"
+-- ARGV[7]  acquire: the new owner instance
+-- ARGV[8]  state document ("" = events only)     ARGV[9] its status
+-- ARGV[10] messages: "keep" | "append" | "replace"
+-- ARGV[11] number of messages   ARGV[12] number of events
+-- ARGV[13] number of relays to open   ARGV[14] number of relays to close
+-- ARGV[15] flags: "c" clears the cancel request; "t" marks the start of a
+--          turn's stream (ts = the seq before this commit's events)
+-- ARGV[16] session TTL, ms   ARGV[17] max retained events (exact MAXLEN)
+-- ARGV[18] notice channel    ARGV[19] the writing instance
+-- ARGV[20..] messages, then events, then relays to open, then to close
+--
+-- State hash fields: v (version), doc, st (status), own (owner instance or
+-- ""), ep (epoch), cn (commit number within the epoch), seq (last event
+-- seq), ck (seq at the last document write), ts (seq before the current
+-- turn's first event), lo (the last owner), nm (messages), r:<relay id>
+-- ("1" = undecided, else the decision), cancel.
+--
+-- Event ids are "0-<seq>" with seq taken from the hash, so the log and the
+-- state always agree on it, whatever was trimmed.
+--
+-- Returns {"ok", version, epoch, first seq, last seq}; {"duplicate",
+-- version, epoch, last seq} for an owner commit already applied (its answer
+-- was lost); or {"exists"} | {"changed"} | {"fenced"} with nothing written.
+
+local h = KEYS[1]
+local cur = redis.call('HMGET', h, 'v', 'ep', 'seq', 'own', 'cn')
+local exists = cur[1] ~= false
+local v = tonumber(cur[1] or '0')
+local ep = tonumber(cur[2] or '0')
+local seq = tonumber(cur[3] or '0')
+local own = cur[4] or ''
+local cn = tonumber(cur[5] or '0')
+
+local fence = ARGV[1]
+if fence == 'absent' then
+  if exists then return {'exists'} end
+elseif fence == 'unchanged' then
+  if not exists or v ~= tonumber(ARGV[2]) or ep ~= tonumber(ARGV[3])
+     or seq ~= tonumber(ARGV[4]) or own ~= ARGV[5] then
+    return {'changed'}
+  end
+elseif fence == 'owner' then
+  if not exists or own ~= ARGV[5] or ep ~= tonumber(ARGV[3]) then return {'fenced'} end
+  local n = tonumber(ARGV[4])
+  if n <= cn then return {'duplicate', v, ep, seq} end
+  -- Commit numbers of a tenure are consecutive: a gap means this writer
+  -- lost track of what it wrote, so it must not write on.
+  if n ~= cn + 1 then return {'fenced'} end
+  cn = n
+else
+  return redis.error_reply('ERR unknown fence ' .. fence)
+end
+
+local change = ARGV[6]
+local previous = own
+if change == 'acquire' then
+  own = ARGV[7]
+  ep = ep + 1
+  cn = 0
+elseif change == 'release' then
+  own = ''
+end
+
+local nmsg, nev = tonumber(ARGV[11]), tonumber(ARGV[12])
+local nopen, nclose = tonumber(ARGV[13]), tonumber(ARGV[14])
+local i = 20
+
+-- Messages, in chunks (Lua's unpack has a stack limit).
+if ARGV[10] == 'replace' then redis.call('DEL', KEYS[2]) end
+local last = i + nmsg - 1
+while i <= last do
+  local upto = math.min(i + 999, last)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, upto))
+  i = upto + 1
+end
+
+local first = seq + 1
+local flags = ARGV[15]
+if string.find(flags, 't', 1, true) then
+  redis.call('HSET', h, 'ts', seq)
+end
+for _ = 1, nev do
+  seq = seq + 1
+  redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[17], '0-' .. seq, 'e', ARGV[i])
+  i = i + 1
+end
+
+local fields = {'own', own, 'ep', ep, 'cn', cn, 'seq', seq}
+if change == 'acquire' then
+  table.insert(fields, 'lo')
+  table.insert(fields, own)
+end
+if ARGV[8] ~= '' then
+  v = v + 1
+  for _, f in ipairs({'v', v, 'doc', ARGV[8], 'st', ARGV[9], 'ck', seq}) do table.insert(fields, f) end
+end
+if nmsg > 0 or ARGV[10] == 'replace' then
+  table.insert(fields, 'nm')
+  table.insert(fields, redis.call('LLEN', KEYS[2]))
+end
+for _ = 1, nopen do
+  table.insert(fields, 'r:' .. ARGV[i])
+  table.insert(fields, '1')
+  i = i + 1
+end
+redis.call('HSET', h, unpack(fields))
+for _ = 1, nclose do
+  redis.call('HDEL', h, 'r:' .. ARGV[i])
+  i = i + 1
+end
+if string.find(flags, 'c', 1, true) then redis.call('HDEL', h, 'cancel') end
+
+local ttl = ARGV[16]
+redis.call('PEXPIRE', h, ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
+
+if nev > 0 then
+  redis.call('PUBLISH', ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
+end
+-- The instance that ran it until now (if alive) learns it lost it.
+if change == 'acquire' and previous ~= '' and previous ~= own then
+  redis.call('PUBLISH', ARGV[18], 'w')
+end
+return {'ok', v, ep, first, seq}

@@ -1,0 +1,15 @@
+-- Records a decision on a live relay for the session's owner to take up,
+-- and wakes it. Only an undecided relay ("1") takes one, so of two racing
+-- decisions exactly one is recorded.
+--
+-- KEYS[1] state hash   ARGV[1] relay id   ARGV[2] decision (JSON)
+-- ARGV[3] notice channel
+-- Returns "recorded", "decided" (already decided or no longer live) or
+-- "missing" (no such session).
+
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
+local field = 'r:' .. ARGV[1]
+if redis.call('HGET', KEYS[1], field) ~= '1' then return 'decided' end
+redis.call('HSET', KEYS[1], field, ARGV[2])
+redis.call('PUBLISH', ARGV[3], 'w')
+return 'recorded'

@@ -1,0 +1,270 @@
+//! Sessions in Redis: one `HGETALL` (plus `LRANGE` for the conversation) to
+//! read, one `lua/commit.lua` per commit to write, all of a batch's commits
+//! in one pipeline; relay decisions and cancel requests (`lua/decide.lua`,
+//! `lua/cancel.lua`).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value, aio::ConnectionManager};
+
+use super::{RedisStore, map_err};
+use crate::store::{
+    CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange, Record,
+    SessionKey, SessionStore, StoreError,
+};
+
+impl RedisStore {
+    /// The `commit.lua` invocation of one commit (see the script for ARGV).
+    fn commit_invocation<'a>(&'a self, commit: &'a Commit) -> redis::ScriptInvocation<'a> {
+        let (kind, version, epoch, fourth, owner) = match &commit.fence {
+            Fence::Absent => ("absent", 0, 0, 0, ""),
+            Fence::Unchanged { version, owner, epoch, last_seq } => {
+                ("unchanged", *version, *epoch, *last_seq, owner.as_deref().unwrap_or(""))
+            }
+            Fence::Owner { instance, epoch, n } => ("owner", 0, *epoch, *n, instance.as_str()),
+        };
+        let (change, new_owner) = match &commit.owner {
+            OwnerChange::Keep => ("keep", ""),
+            OwnerChange::Acquire(instance) => ("acquire", instance.as_str()),
+            OwnerChange::Release => ("release", ""),
+        };
+        let (doc, status) = commit.state.as_ref().map_or(("", ""), |s| (s.doc.as_str(), s.status));
+        let (op, messages): (&str, &[String]) = match &commit.messages {
+            MessagesWrite::Keep => ("keep", &[]),
+            MessagesWrite::Append(m) => ("append", m),
+            MessagesWrite::Replace(m) => ("replace", m),
+        };
+        let mut script = self.scripts.commit.prepare_invoke();
+        script
+            .key(self.keys.state(&commit.key))
+            .key(self.keys.messages(&commit.key))
+            .key(self.keys.events(&commit.key))
+            .arg(kind)
+            .arg(version)
+            .arg(epoch)
+            .arg(fourth)
+            .arg(owner)
+            .arg(change)
+            .arg(new_owner)
+            .arg(doc)
+            .arg(status)
+            .arg(op)
+            .arg(messages.len())
+            .arg(commit.events.len())
+            .arg(commit.open_relays.len())
+            .arg(commit.close_relays.len())
+            .arg(format!("{}{}", if commit.clear_cancel { "c" } else { "" }, if commit.turn_start { "t" } else { "" }))
+            .arg(self.session_ttl_ms)
+            .arg(self.max_len)
+            .arg(self.keys.channel(&commit.key))
+            .arg(&commit.by);
+        for text in messages.iter().chain(&commit.events).chain(&commit.open_relays).chain(&commit.close_relays) {
+            script.arg(text);
+        }
+        script
+    }
+
+    /// One pipeline: each commit's script, and after it the ownership
+    /// index commands it implies (hints for the takeover sweep, sent even
+    /// if the script refuses: the sweep re-checks what it finds). Returns
+    /// the scripts' replies.
+    async fn commit_round(
+        &self,
+        conn: &mut ConnectionManager,
+        commits: &[&Commit],
+    ) -> Result<Vec<redis::RedisResult<Value>>, RedisError> {
+        let invocations: Vec<_> = commits.iter().map(|c| self.commit_invocation(c)).collect();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut script_at = Vec::with_capacity(commits.len());
+        for (commit, invocation) in commits.iter().zip(&invocations) {
+            script_at.push(pipe.len());
+            pipe.invoke_script(invocation);
+            let member = commit.key.to_member();
+            match &commit.owner {
+                OwnerChange::Keep => {}
+                OwnerChange::Acquire(instance) => {
+                    pipe.cmd("SADD").arg(self.keys.owned(instance)).arg(&member).ignore();
+                    pipe.cmd("SREM").arg(self.keys.orphans()).arg(&member).ignore();
+                }
+                OwnerChange::Release => {
+                    if let Fence::Owner { instance, .. } = &commit.fence {
+                        pipe.cmd("SREM").arg(self.keys.owned(instance)).arg(&member).ignore();
+                    }
+                    let active = commit.state.as_ref().is_none_or(|s| matches!(s.status, "running" | "awaiting_relay"));
+                    if active {
+                        pipe.cmd("SADD").arg(self.keys.orphans()).arg(&member).ignore();
+                        pipe.cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o").ignore();
+                    }
+                }
+            }
+        }
+        let replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
+        // `ignore()`d commands leave no reply: the replies are the scripts'.
+        debug_assert_eq!(replies.len(), script_at.len());
+        Ok(replies)
+    }
+}
+
+#[async_trait]
+impl SessionStore for RedisStore {
+    async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError> {
+        let mut conn = self.connection();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(self.keys.state(key));
+        if history {
+            pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
+        }
+        let (fields, messages): (HashMap<String, String>, Option<Vec<String>>) = if history {
+            let (fields, messages): (HashMap<String, String>, Vec<String>) =
+                pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, Some(messages))
+        } else {
+            let (fields,): (HashMap<String, String>,) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, None)
+        };
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        record(fields, messages).map(Some)
+    }
+
+    async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
+        if commits.is_empty() {
+            return Vec::new();
+        }
+        let mut conn = self.connection();
+        let all: Vec<&Commit> = commits.iter().collect();
+        let mut replies = match self.commit_round(&mut conn, &all).await {
+            Ok(replies) => replies,
+            Err(error) => {
+                let error = map_err(error);
+                return commits.iter().map(|_| Err(CommitError::Store(error.clone()))).collect();
+            }
+        };
+        // After a Redis restart (or SCRIPT FLUSH) the script is unknown: load
+        // it and rerun only the commits refused for that, which wrote nothing.
+        let unknown: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
+            .collect();
+        if !unknown.is_empty() {
+            let again: Vec<&Commit> = unknown.iter().map(|&i| &commits[i]).collect();
+            let rerun = match self.scripts.commit.prepare_invoke().load_async(&mut conn).await {
+                Ok(_) => self.commit_round(&mut conn, &again).await,
+                Err(error) => Err(error),
+            };
+            match rerun {
+                Ok(rerun) => {
+                    for (i, reply) in unknown.into_iter().zip(rerun) {
+                        replies[i] = reply;
+                    }
+                }
+                Err(error) => {
+                    for i in unknown {
+                        replies[i] = Err(error.clone());
+                    }
+                }
+            }
+        }
+        replies.into_iter().zip(commits).map(|(reply, commit)| outcome(reply, commit)).collect()
+    }
+
+    async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
+        let answer: String = self
+            .scripts
+            .decide
+            .key(self.keys.state(key))
+            .arg(relay_id)
+            .arg(decision)
+            .arg(self.keys.channel(key))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(map_err)?;
+        match answer.as_str() {
+            "recorded" => Ok(Decided::Recorded),
+            "decided" => Ok(Decided::AlreadyDecided),
+            "missing" => Ok(Decided::Missing),
+            other => Err(StoreError::Corrupt(format!("decide script answered {other:?}"))),
+        }
+    }
+
+    async fn request_cancel(&self, key: &SessionKey) -> Result<CancelRequest, StoreError> {
+        let answer: String = self
+            .scripts
+            .cancel
+            .key(self.keys.state(key))
+            .arg(self.keys.channel(key))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(map_err)?;
+        Ok(match answer.as_str() {
+            "recorded" => CancelRequest::Recorded,
+            "missing" => CancelRequest::Missing,
+            status => CancelRequest::NotRunning(status.to_string()),
+        })
+    }
+}
+
+/// The commit script's reply as an outcome.
+fn outcome(reply: redis::RedisResult<Value>, commit: &Commit) -> Result<Committed, CommitError> {
+    let reply = reply.map_err(|e| CommitError::Store(map_err(e)))?;
+    let corrupt = |what: &str| CommitError::Store(StoreError::Corrupt(format!("commit script answered {what}")));
+    let Value::Array(items) = reply else { return Err(corrupt("a non-array")) };
+    let word = match items.first() {
+        Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        Some(Value::SimpleString(text)) => text.clone(),
+        _ => return Err(corrupt("no status")),
+    };
+    let number = |i: usize| match items.get(i) {
+        Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| corrupt("a negative number")),
+        _ => Err(corrupt("a missing number")),
+    };
+    match word.as_str() {
+        "ok" => Ok(Committed { version: number(1)?, epoch: number(2)?, first_seq: number(3)?, last_seq: number(4)? }),
+        // Already applied by an earlier attempt whose answer was lost; no
+        // later commit of the tenure exists yet, so its events end the log.
+        "duplicate" => {
+            let last_seq = number(3)?;
+            let first_seq = (last_seq + 1).saturating_sub(commit.events.len() as u64);
+            Ok(Committed { version: number(1)?, epoch: number(2)?, first_seq, last_seq })
+        }
+        "exists" => Err(CommitError::Conflict(Conflict::Exists)),
+        "changed" => Err(CommitError::Conflict(Conflict::Changed)),
+        "fenced" => Err(CommitError::Conflict(Conflict::Fenced)),
+        other => Err(corrupt(other)),
+    }
+}
+
+/// The state hash (and conversation) as a [`Record`].
+fn record(mut fields: HashMap<String, String>, messages: Option<Vec<String>>) -> Result<Record, StoreError> {
+    let number = |fields: &HashMap<String, String>, name: &str| -> Result<u64, StoreError> {
+        match fields.get(name) {
+            None => Ok(0),
+            Some(text) => text.parse().map_err(|_| StoreError::Corrupt(format!("state field {name} = {text:?}"))),
+        }
+    };
+    let doc = fields.remove("doc").ok_or_else(|| StoreError::Corrupt("state hash lacks doc".into()))?;
+    let mut relays: Vec<(String, Option<String>)> = fields
+        .iter()
+        .filter_map(|(field, value)| {
+            let id = field.strip_prefix("r:")?;
+            Some((id.to_string(), (value != "1").then(|| value.clone())))
+        })
+        .collect();
+    relays.sort();
+    Ok(Record {
+        version: number(&fields, "v")?,
+        doc,
+        owner: fields.get("own").filter(|o| !o.is_empty()).cloned(),
+        last_owner: fields.get("lo").filter(|o| !o.is_empty()).cloned(),
+        epoch: number(&fields, "ep")?,
+        last_seq: number(&fields, "seq")?,
+        checkpoint_seq: number(&fields, "ck")?,
+        turn_start_seq: number(&fields, "ts")?,
+        message_count: number(&fields, "nm")?,
+        messages,
+        cancel_requested: fields.contains_key("cancel"),
+        relays,
+    })
+}
