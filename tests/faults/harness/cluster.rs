@@ -1,0 +1,194 @@
+//! [`Cluster`]: what one fault test runs against — its own Redis, a
+//! deterministic upstream, a tool server and N replicas sharing a key prefix
+//! — with one method per native endpoint the tests use.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use super::{
+    client::{FollowSpec, Follower},
+    config::{self, ReplicaConfig, ToolSpec},
+    redis::OwnRedis,
+    replica::Replica,
+    tools::ToolServer,
+    upstream::DetUpstream,
+};
+
+/// How a cluster is built.
+pub struct ClusterOptions {
+    pub replicas: usize,
+    pub lease_ttl_secs: u64,
+    pub shutdown_grace_secs: u64,
+    pub persistent_redis: bool,
+    /// Pause between upstream chunks, and before the first one.
+    pub chunk_delay: Duration,
+    pub first_token_delay: Duration,
+    /// `(name, min delay, max delay, retry_on_takeover)`
+    pub tools: Vec<(&'static str, Duration, Duration, Option<bool>)>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 3,
+            lease_ttl_secs: 2,
+            shutdown_grace_secs: 5,
+            persistent_redis: false,
+            chunk_delay: Duration::from_millis(30),
+            first_token_delay: Duration::ZERO,
+            tools: Vec::new(),
+        }
+    }
+}
+
+pub struct Cluster {
+    pub redis: OwnRedis,
+    pub upstream: DetUpstream,
+    pub tools: ToolServer,
+    pub replicas: Vec<Replica>,
+    pub token: String,
+    http: reqwest::Client,
+}
+
+/// Replica ids, in order.
+const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+impl Cluster {
+    pub async fn start(options: ClusterOptions) -> Self {
+        let redis = if options.persistent_redis { OwnRedis::start_persistent().await } else { OwnRedis::start().await };
+        let upstream = DetUpstream::start(options.chunk_delay, options.first_token_delay).await;
+        let delays: Vec<(&str, Duration, Duration)> =
+            options.tools.iter().map(|(name, min, max, _)| (*name, *min, *max)).collect();
+        let tools = ToolServer::start(&delays).await;
+        let tool_specs: Vec<ToolSpec> = options
+            .tools
+            .iter()
+            .map(|(name, _, _, retry)| ToolSpec {
+                name: name.to_string(),
+                url: tools.url(name),
+                retry_on_takeover: *retry,
+            })
+            .collect();
+        let key_prefix = format!("sbfault:{}:", uuid::Uuid::new_v4().simple());
+        let configs: Vec<ReplicaConfig> = NAMES[..options.replicas]
+            .iter()
+            .map(|name| ReplicaConfig {
+                replica_id: name.to_string(),
+                redis_url: redis.url(),
+                key_prefix: key_prefix.clone(),
+                lease_ttl_secs: options.lease_ttl_secs,
+                shutdown_grace_secs: options.shutdown_grace_secs,
+                upstream_base_url: upstream.base_url(),
+                tools: tool_specs.clone(),
+                max_iterations: 10,
+            })
+            .collect();
+        // Started together: each waits for its own readiness.
+        let replicas = futures::future::join_all(configs.into_iter().map(Replica::start)).await;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
+        Self { redis, upstream, tools, replicas, token: config::token(), http }
+    }
+
+    /// The replicas' base URLs, the follower's rejoin list.
+    pub fn urls(&self) -> Vec<String> {
+        self.replicas.iter().map(Replica::base_url).collect()
+    }
+
+    /// Index of the replica named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.replicas.iter().position(|r| r.name == name)
+    }
+
+    /// `POST /v1/sessions {"model":"mock"}` on replica `on`; the session id.
+    pub async fn create_session(&self, on: usize) -> String {
+        let response = self
+            .http
+            .post(self.replicas[on].url("/v1/sessions"))
+            .bearer_auth(&self.token)
+            .json(&json!({"model": config::MODEL}))
+            .send()
+            .await
+            .expect("create a session");
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, StatusCode::CREATED, "creating a session: {body}\n{}", self.dump_logs());
+        body["id"].as_str().expect("a session id").to_string()
+    }
+
+    /// `POST /v1/sessions/{id}/messages` on replica `on`: the turn's stream,
+    /// once its head arrived (200 asserted).
+    pub async fn start_turn(&self, on: usize, session_id: &str, content: &str) -> reqwest::Response {
+        // No overall timeout: the body is the turn's stream.
+        let client = reqwest::Client::new();
+        let request = client
+            .post(self.replicas[on].url(&format!("/v1/sessions/{session_id}/messages")))
+            .bearer_auth(&self.token)
+            .json(&json!({"content": content}))
+            .send();
+        let response =
+            tokio::time::timeout(Duration::from_secs(10), request).await.expect("a turn's head in time").expect("send");
+        if response.status() != StatusCode::OK {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            panic!("starting a turn on {}: {status} {body}\n{}", self.replicas[on].name, self.dump_logs());
+        }
+        response
+    }
+
+    /// Starts a turn on replica `on` and follows it (from the turn's own
+    /// stream, then rejoining any replica) for at most `timeout`.
+    pub async fn start_and_follow(&self, on: usize, session_id: &str, content: &str, timeout: Duration) -> Follower {
+        let cursor = self.last_seq(session_id).await;
+        let first = self.start_turn(on, session_id, content).await;
+        Follower::spawn(FollowSpec {
+            urls: self.urls(),
+            token: self.token.clone(),
+            session_id: session_id.to_string(),
+            cursor,
+            first: Some(first),
+            start: on,
+            timeout,
+        })
+    }
+
+    /// `GET /v1/sessions/{id}` from the first replica that answers 200.
+    pub async fn session_view(&self, session_id: &str) -> Option<Value> {
+        for replica in &self.replicas {
+            let response = self
+                .http
+                .get(replica.url(&format!("/v1/sessions/{session_id}")))
+                .bearer_auth(&self.token)
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            if let Ok(response) = response
+                && response.status() == StatusCode::OK
+                && let Ok(body) = response.json::<Value>().await
+            {
+                return Some(body);
+            }
+        }
+        None
+    }
+
+    /// The session's `last_seq` (0 for a new session).
+    pub async fn last_seq(&self, session_id: &str) -> u64 {
+        self.session_view(session_id).await.and_then(|v| v["last_seq"].as_u64()).unwrap_or(0)
+    }
+
+    /// The index of the replica the session view names as its owner
+    /// (`replica`), if the field is there and names one of ours.
+    pub async fn owner_of(&self, session_id: &str) -> Option<usize> {
+        let view = self.session_view(session_id).await?;
+        view["replica"].as_str().and_then(|name| self.index_of(name))
+    }
+
+    /// Every replica's log tail, and Redis's.
+    pub fn dump_logs(&self) -> String {
+        let mut out: Vec<String> = self.replicas.iter().map(Replica::dump_logs).collect();
+        out.push(format!("---- redis log tail ----\n{}", self.redis.log_tail()));
+        out.join("\n")
+    }
+}

@@ -1,0 +1,114 @@
+//! The TOML configuration a [`super::replica::Replica`] runs with, and the
+//! tokens its tenant accepts.
+//!
+//! Only keys the issue names are written. The one key the current binary
+//! does not know yet, `[[tools]] retry_on_takeover`, is written only when a
+//! tool sets it, and left out of every tool when `FAULT_LEGACY_CONFIG=1`
+//! is set: that runs the fault tests against a binary without the key, to
+//! see how it behaves otherwise (it refuses unknown keys at start-up).
+
+use std::{net::SocketAddr, time::Duration};
+
+pub const TENANT: &str = "acme";
+pub const TENANT_SECRET: &str = "acme-test-secret-0123456789";
+pub const SUBJECT: &str = "alice";
+/// The model alias the deterministic upstream serves.
+pub const MODEL: &str = "mock";
+
+/// A server-side HTTP tool of the configuration.
+#[derive(Clone, Debug)]
+pub struct ToolSpec {
+    pub name: String,
+    pub url: String,
+    /// `None` leaves the key out (the current binary refuses it).
+    pub retry_on_takeover: Option<bool>,
+}
+
+/// Everything a replica's configuration is made of, except its port.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub replica_id: String,
+    pub redis_url: String,
+    /// Shared by the replicas of one test; unique per test.
+    pub key_prefix: String,
+    pub lease_ttl_secs: u64,
+    pub shutdown_grace_secs: u64,
+    /// `http://127.0.0.1:PORT/v1`
+    pub upstream_base_url: String,
+    pub tools: Vec<ToolSpec>,
+    pub max_iterations: u32,
+}
+
+impl ReplicaConfig {
+    /// The TOML text for a replica listening on `listen`.
+    pub fn render(&self, listen: SocketAddr) -> String {
+        let mut text = format!(
+            r#"[server]
+listen = "{listen}"
+replica_id = "{replica}"
+shutdown_grace_secs = {grace}
+
+[store]
+redis_url = "{redis}"
+key_prefix = "{prefix}"
+lease_ttl_secs = {lease}
+
+[[tenants]]
+id = "{TENANT}"
+jwt = {{ hs256_secret = "{TENANT_SECRET}" }}
+
+[models.{MODEL}]
+provider = "openai"
+base_url = "{upstream}"
+model = "mock-model"
+retry_base_ms = 10
+
+[agent]
+max_iterations = {max_iterations}
+"#,
+            replica = self.replica_id,
+            grace = self.shutdown_grace_secs,
+            redis = self.redis_url,
+            prefix = self.key_prefix,
+            lease = self.lease_ttl_secs,
+            upstream = self.upstream_base_url,
+            max_iterations = self.max_iterations,
+        );
+        let legacy = legacy_config();
+        for tool in &self.tools {
+            text.push_str(&format!(
+                r#"
+[[tools]]
+name = "{name}"
+description = "{name} something"
+parameters = {{ type = "object", properties = {{ id = {{ type = "string" }} }} }}
+url = "{url}"
+permission = "allow"
+"#,
+                name = tool.name,
+                url = tool.url,
+            ));
+            if let (Some(retry), false) = (tool.retry_on_takeover, legacy) {
+                text.push_str(&format!("retry_on_takeover = {retry}\n"));
+            }
+        }
+        text
+    }
+}
+
+/// `FAULT_LEGACY_CONFIG=1`: leave out the keys the current binary refuses.
+pub fn legacy_config() -> bool {
+    std::env::var("FAULT_LEGACY_CONFIG").is_ok_and(|v| v == "1")
+}
+
+/// A token of `SUBJECT` in `TENANT`, minted by the library from a
+/// configuration holding only the tenant and the built-in demo model (so it
+/// does not depend on keys the library may not know yet).
+pub fn token() -> String {
+    let text = format!(
+        "[[tenants]]\nid = \"{TENANT}\"\njwt = {{ hs256_secret = \"{TENANT_SECRET}\" }}\n\n[models.demo]\nprovider = \"demo\"\n"
+    );
+    let config = switchboard::config::Config::from_toml(&text, &|_| None).expect("a tenant-only configuration");
+    switchboard::auth::mint_token(&config.tenants[TENANT], SUBJECT, Duration::from_secs(3600), &[])
+        .expect("the tenant has an HS256 key")
+}

@@ -1,0 +1,18 @@
+//! Fault-injection tests: real `switchboard` processes, each test with a
+//! Redis of its own, killed, drained, frozen and restarted under running
+//! turns, checked from the client's side (a gapless log, the complete
+//! answer) and the tools' side (which calls ran, with which keys).
+//!
+//! Tests run in parallel: nothing is shared between them (ports, Redis,
+//! temporary directories, key prefixes). `FAULT_TRIALS` sets the number of
+//! kill -9 trials, `FAULT_SEED` pins their schedule, `FAULT_LEGACY_CONFIG=1`
+//! leaves out configuration keys the binary may not know yet, and
+//! `FAULT_RUST_LOG` is the replicas' `RUST_LOG`.
+
+// Not every test uses every method of the harness.
+#[allow(dead_code)]
+mod harness;
+mod kill9_trials;
+mod redis_outage;
+mod rolling_restart;
+mod store_error;
