@@ -136,12 +136,15 @@ impl Application {
             "switchboard listening"
         );
         let sessions = state.sessions.clone();
+        let delay = state.config.server.drain_delay;
         let (drained_tx, drained) = tokio::sync::oneshot::channel();
         let serve = crate::server::serve(listener, router, state.config.server.input, async move {
             signal.await;
             tracing::info!("draining: readiness is 503, streams end with a rejoin frame, turns are handed off");
             let started = tokio::time::Instant::now();
-            sessions.drain(grace).await;
+            // New connections are still accepted during the delay (their
+            // turns go to other replicas); the listener closes after both.
+            tokio::join!(sessions.drain(grace), tokio::time::sleep(delay));
             let _ = drained_tx.send(started);
         });
         let deadline = async {

@@ -53,8 +53,12 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub replica_id: String,
-    /// How long live streams get to end after SIGTERM before the process exits.
+    /// How long the drain after SIGTERM may take before the process exits.
     pub shutdown_grace: Duration,
+    /// How long after SIGTERM the replica keeps accepting connections (and
+    /// answering readiness with 503), for load balancers that watch
+    /// readiness rather than a pre-stop hook. At most `shutdown_grace`.
+    pub drain_delay: Duration,
     /// Interval of SSE keep-alive comments on idle streams.
     pub heartbeat: Duration,
     pub input: InputLimits,

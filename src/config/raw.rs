@@ -36,6 +36,7 @@ pub struct RawServer {
     pub replica_id: Option<String>,
     pub max_body_bytes: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
+    pub drain_delay_secs: Option<u64>,
     pub heartbeat_secs: Option<u64>,
     pub max_json_depth: Option<u32>,
     pub max_json_string_bytes: Option<u64>,

@@ -40,10 +40,16 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
     let replica_id = raw.server.replica_id.clone().unwrap_or_else(default_replica_id);
     check_identifier(&mut errors, "server.replica_id", &replica_id);
     let input = validate_input_limits(&mut errors, &raw.server);
+    let shutdown_grace = secs(raw.server.shutdown_grace_secs, 10);
+    let drain_delay = secs(raw.server.drain_delay_secs, 0);
+    if drain_delay > shutdown_grace {
+        errors.push("server.drain_delay_secs", "must not be longer than shutdown_grace_secs");
+    }
     let server = ServerConfig {
         listen,
         replica_id,
-        shutdown_grace: secs(raw.server.shutdown_grace_secs, 10),
+        shutdown_grace,
+        drain_delay,
         heartbeat: secs(positive(&mut errors, "server.heartbeat_secs", raw.server.heartbeat_secs), 15),
         input,
     };

@@ -108,6 +108,8 @@ pub struct RunHandle {
     clear_cancel: bool,
     /// The tenure is over here ([`RunHandle::close`] ran).
     closed: bool,
+    /// A commit gave the session up (end, pause, hand-off).
+    released: bool,
 }
 
 impl RunHandle {
@@ -133,6 +135,7 @@ impl RunHandle {
             live_relays,
             clear_cancel: false,
             closed: false,
+            released: false,
         }
     }
 
@@ -257,9 +260,15 @@ impl RunHandle {
     }
 
     /// Gives the session up as it is (draining): another replica carries
-    /// the turn on from this commit, at once.
+    /// the turn on from its last commit, at once. The state is not written
+    /// again, so what the turn streamed since (a step cut short) stays
+    /// recognisable to the replica that takes over.
     pub async fn hand_off(mut self) -> Result<(), SessionError> {
-        let result = self.write(true).await;
+        let result = if self.staged.is_empty() && self.session.conversation_change() == ConversationChange::Unchanged {
+            self.give_up().await
+        } else {
+            self.write(true).await
+        };
         self.close().await;
         result
     }
@@ -286,6 +295,14 @@ impl RunHandle {
                 Ok(())
             }
         }
+    }
+
+    /// Releases the session without writing its state.
+    async fn give_up(&mut self) -> Result<(), SessionError> {
+        let change = Change { release: true, ..Change::default() };
+        self.pipe.commit(change).await.map_err(write_error)?;
+        self.released = true;
+        Ok(())
     }
 
     async fn write(&mut self, release: bool) -> Result<(), SessionError> {
@@ -318,6 +335,7 @@ impl RunHandle {
         })?;
         self.session.conversation_saved();
         self.live_relays = live;
+        self.released = release;
         Ok(())
     }
 
@@ -328,7 +346,10 @@ impl RunHandle {
         }
         self.pipe.close().await;
         self.sessions.forget_running(&self.key, self.running.epoch).await;
-        if matches!(self.stop_reason(), None | Some(Stop::StoreDown)) && self.session.status().is_active() {
+        // Not given up, and not taken by another instance: restart it here.
+        // What is stored decides whether it still runs (the session in
+        // memory may be ahead of it): the restart looks.
+        if !self.released && matches!(self.stop_reason(), None | Some(Stop::StoreDown)) {
             self.sessions.recover(self.key.clone());
         }
     }

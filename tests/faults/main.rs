@@ -5,9 +5,8 @@
 //!
 //! Tests run in parallel: nothing is shared between them (ports, Redis,
 //! temporary directories, key prefixes). `FAULT_TRIALS` sets the number of
-//! kill -9 trials, `FAULT_SEED` pins their schedule, `FAULT_LEGACY_CONFIG=1`
-//! leaves out configuration keys the binary may not know yet, and
-//! `FAULT_RUST_LOG` is the replicas' `RUST_LOG`.
+//! kill -9 trials, `FAULT_SEED` pins their schedule, and `FAULT_RUST_LOG` is
+//! the replicas' `RUST_LOG`.
 
 // Not every test uses every method of the harness.
 #[allow(dead_code)]

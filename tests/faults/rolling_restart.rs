@@ -175,6 +175,8 @@ async fn a_rolling_restart_under_thirty_streaming_sessions_loses_no_event_and_ha
         replicas: 3,
         lease_ttl_secs: LEASE_TTL_SECS,
         shutdown_grace_secs: GRACE_SECS,
+        // Long enough for the readiness probe to see the 503.
+        drain_delay_secs: 1,
         chunk_delay: Duration::from_millis(50),
         ..ClusterOptions::default()
     })

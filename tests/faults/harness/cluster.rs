@@ -21,6 +21,8 @@ pub struct ClusterOptions {
     pub replicas: usize,
     pub lease_ttl_secs: u64,
     pub shutdown_grace_secs: u64,
+    /// How long a SIGTERMed replica keeps answering (readiness: 503).
+    pub drain_delay_secs: u64,
     pub persistent_redis: bool,
     /// Pause between upstream chunks, and before the first one.
     pub chunk_delay: Duration,
@@ -35,6 +37,7 @@ impl Default for ClusterOptions {
             replicas: 3,
             lease_ttl_secs: 2,
             shutdown_grace_secs: 5,
+            drain_delay_secs: 0,
             persistent_redis: false,
             chunk_delay: Duration::from_millis(30),
             first_token_delay: Duration::ZERO,
@@ -80,6 +83,7 @@ impl Cluster {
                 key_prefix: key_prefix.clone(),
                 lease_ttl_secs: options.lease_ttl_secs,
                 shutdown_grace_secs: options.shutdown_grace_secs,
+                drain_delay_secs: options.drain_delay_secs,
                 upstream_base_url: upstream.base_url(),
                 tools: tool_specs.clone(),
                 max_iterations: 10,

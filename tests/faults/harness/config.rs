@@ -1,11 +1,8 @@
 //! The TOML configuration a [`super::replica::Replica`] runs with, and the
 //! tokens its tenant accepts.
 //!
-//! Only keys the issue names are written. The one key the current binary
-//! does not know yet, `[[tools]] retry_on_takeover`, is written only when a
-//! tool sets it, and left out of every tool when `FAULT_LEGACY_CONFIG=1`
-//! is set: that runs the fault tests against a binary without the key, to
-//! see how it behaves otherwise (it refuses unknown keys at start-up).
+//! Only the keys a test needs are written; `[[tools]] retry_on_takeover`
+//! only when a tool sets it.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -33,6 +30,7 @@ pub struct ReplicaConfig {
     pub key_prefix: String,
     pub lease_ttl_secs: u64,
     pub shutdown_grace_secs: u64,
+    pub drain_delay_secs: u64,
     /// `http://127.0.0.1:PORT/v1`
     pub upstream_base_url: String,
     pub tools: Vec<ToolSpec>,
@@ -47,6 +45,7 @@ impl ReplicaConfig {
 listen = "{listen}"
 replica_id = "{replica}"
 shutdown_grace_secs = {grace}
+drain_delay_secs = {drain_delay}
 
 [store]
 redis_url = "{redis}"
@@ -68,13 +67,13 @@ max_iterations = {max_iterations}
 "#,
             replica = self.replica_id,
             grace = self.shutdown_grace_secs,
+            drain_delay = self.drain_delay_secs,
             redis = self.redis_url,
             prefix = self.key_prefix,
             lease = self.lease_ttl_secs,
             upstream = self.upstream_base_url,
             max_iterations = self.max_iterations,
         );
-        let legacy = legacy_config();
         for tool in &self.tools {
             text.push_str(&format!(
                 r#"
@@ -88,17 +87,12 @@ permission = "allow"
                 name = tool.name,
                 url = tool.url,
             ));
-            if let (Some(retry), false) = (tool.retry_on_takeover, legacy) {
+            if let Some(retry) = tool.retry_on_takeover {
                 text.push_str(&format!("retry_on_takeover = {retry}\n"));
             }
         }
         text
     }
-}
-
-/// `FAULT_LEGACY_CONFIG=1`: leave out the keys the current binary refuses.
-pub fn legacy_config() -> bool {
-    std::env::var("FAULT_LEGACY_CONFIG").is_ok_and(|v| v == "1")
 }
 
 /// A token of `SUBJECT` in `TENANT`, minted by the library from a
