@@ -287,6 +287,59 @@ async fn a_model_call_is_charged_what_it_used_not_what_it_reserved() {
     panic!("the minute turned in three runs in a row");
 }
 
+/// The tokens `tenant` was charged in `window`, as Redis counts them.
+async fn charged(app: &TestApp, tenant: &str, window: TokenWindow) -> i64 {
+    let client = redis::Client::open(crate::helpers::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{}tpm:{tenant}:{}", app.config.store.key_prefix, window.0);
+    redis::cmd("GET").arg(key).query_async::<Option<i64>>(&mut conn).await.unwrap().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_subagents_and_a_compactions_model_calls_are_charged_to_the_tenants_budget() {
+    // Budgets are per calendar minute: should the minute turn during a run,
+    // the run is repeated rather than misread.
+    for _ in 0..3 {
+        let window = TokenWindow::now();
+        let w = world(1, |o| o.extra_toml.push_str(&limited_tenants())).await;
+        let app = &w.apps[0];
+        let token = app.token("metered", "x");
+        let create = |model: &'static str| {
+            let token = &token;
+            async move {
+                let response = app.post_json("/v1/sessions", Some(token), &json!({"model": model})).await;
+                response.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_string()
+            }
+        };
+        // A turn with a subagent: the main call, the subagent's, the main one again.
+        w.upstream.push(Reply::new().tool_call("call_a", "agent", [r#"{"task":"look"}"#]).usage(10, 1));
+        w.upstream.push(Reply::new().text(["Found it."]).usage(20, 2));
+        w.upstream.push(Reply::new().text(["Done."]).usage(30, 3));
+        let with_subagent = create("mock").await;
+        let frames = SseReader::new(app.send_message(&token, &with_subagent, "delegate").await).rest().await;
+        assert_eq!(frames.last().unwrap().data["reason"], "final");
+        let after_subagent = charged(app, "metered", window).await;
+
+        // A turn that compacts first: the summary's call, then the answer.
+        w.upstream.push(Reply::new().text(["Short."]).usage(1, 1));
+        let compacting = create("small").await;
+        SseReader::new(app.send_message(&token, &compacting, &"a".repeat(4_000)).await).rest().await;
+        w.upstream.push(Reply::new().text(["<analysis>long</analysis>"]).usage(400, 40));
+        w.upstream.push(Reply::new().text(["Answer."]).usage(50, 5));
+        let frames = SseReader::new(app.send_message(&token, &compacting, &"b".repeat(3_000)).await).rest().await;
+        assert!(frames.iter().any(|f| f.event == "compaction_done"));
+        assert_eq!(frames.last().unwrap().data["reason"], "final");
+        let after_compaction = charged(app, "metered", window).await;
+        if TokenWindow::now() != window {
+            continue;
+        }
+        assert_eq!(after_subagent, 11 + 22 + 33, "the subagent's 22 tokens are charged too");
+        assert_eq!(after_compaction - after_subagent, 2 + 440 + 55, "the compaction's 440 tokens are charged too");
+        return;
+    }
+    panic!("the minute turned in three runs in a row");
+}
+
 #[tokio::test]
 async fn a_spent_token_budget_is_each_dialects_rate_limit_error_with_when_to_retry() {
     let w = world(1, |o| o.extra_toml.push_str(&limited_tenants())).await;

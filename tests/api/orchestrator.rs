@@ -58,6 +58,20 @@ base_url = "{base}"
 model = "small-model"
 context_window = 2000
 max_output_tokens = 200
+
+[models.resumable]
+provider = "openai"
+base_url = "{base}"
+model = "resumable-model"
+retry_base_ms = 10
+continue_partial = true
+
+[models.resumable-claude]
+provider = "anthropic"
+base_url = "{base}"
+model = "resumable-claude"
+retry_base_ms = 10
+continue_partial = true
 "#,
         lookup = tools.url("lookup"),
         refund = tools.url("refund"),

@@ -120,6 +120,45 @@ async fn a_replica_killed_mid_turn_is_taken_over_without_running_a_finished_tool
     assert_eq!(seqs(&whole), (1..=whole.len() as u64).collect::<Vec<_>>(), "gapless from the start");
 }
 
+/// A step cut short on A by A's death, for a model that continues answers:
+/// B continues it from the durable text rather than generating it again.
+/// `frames`: the wire frames up to the first word (Anthropic opens with two).
+async fn a_cut_step_is_continued_from_its_durable_text(model: &str, frames: usize) {
+    let mut w = world(2, |o| o.lease_ttl_secs = 1).await;
+    w.upstream.push(Reply::new().text(["The answer ", "never"]).stall_after(frames));
+    w.upstream.push(Reply::new().text(["is 42."]));
+    let id = w.session(0, model, json!({})).await;
+    let mut on_a = w.send(0, &id, "what is it?").await;
+    let seen = on_a.until_kind("text_delta").await;
+    let cursor = seen.last().unwrap().id.unwrap();
+    w.apps.remove(0).kill();
+    drop(on_a);
+    let rest = SseReader::new(w.apps[0].events(&w.token, &id, Some(cursor)).await).rest().await;
+    assert!(!kinds(&rest).contains(&"step_restarted"), "{:?}", kinds(&rest));
+    let text: String = of_kind(&rest, "text_delta").iter().map(|f| f.data["text"].as_str().unwrap()).collect();
+    assert_eq!(text, "is 42.", "only the continuation follows the durable text");
+    assert_eq!(of_kind(&rest, "message_completed")[0].data["content"], "The answer is 42.");
+    // B asked the model to continue the answer, not to start one.
+    let request = w.model_request(1);
+    let last = request["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "assistant", "{request}");
+    let prefill = match &last["content"] {
+        serde_json::Value::String(text) => text.clone(),
+        blocks => blocks[0]["text"].as_str().unwrap_or_default().to_string(),
+    };
+    assert!(prefill.starts_with("The answer"), "{request}");
+}
+
+#[tokio::test]
+async fn an_openai_compatible_model_continues_a_cut_step_with_continue_final_message() {
+    a_cut_step_is_continued_from_its_durable_text("resumable", 1).await;
+}
+
+#[tokio::test]
+async fn an_anthropic_model_continues_a_cut_step_with_a_prefill() {
+    a_cut_step_is_continued_from_its_durable_text("resumable-claude", 3).await;
+}
+
 fn principal() -> switchboard::auth::Principal {
     switchboard::auth::Principal { tenant: "acme".into(), subject: "alice".into(), scopes: vec![] }
 }
