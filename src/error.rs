@@ -193,6 +193,17 @@ impl From<crate::sessions::SessionError> for ApiError {
     }
 }
 
+/// Answered as 404 (unknown session or history), or as the session error.
+impl From<crate::sessions::FindError> for ApiError {
+    fn from(error: crate::sessions::FindError) -> Self {
+        use crate::sessions::FindError as F;
+        match error {
+            F::UnknownSession | F::UnknownHistory => Self::not_found(error.to_string()),
+            F::Session(e) => e.into(),
+        }
+    }
+}
+
 /// What [`render_errors`] needs to write the body; carried as an extension.
 #[derive(Debug, Clone)]
 pub struct ErrorReport(pub ApiError);

@@ -72,18 +72,6 @@ pub enum FindError {
     Session(#[from] SessionError),
 }
 
-/// Answered as 404 (unknown session or history), or as the session error.
-/// (Here rather than in `error.rs` because this module is private to the
-/// sessions service: handlers only ever `?` it.)
-impl From<FindError> for crate::error::ApiError {
-    fn from(error: FindError) -> Self {
-        match error {
-            FindError::UnknownSession | FindError::UnknownHistory => Self::not_found(error.to_string()),
-            FindError::Session(e) => e.into(),
-        }
-    }
-}
-
 impl Sessions {
     /// Indexes the conversation of the paused session `id`, as the client is
     /// about to receive it, so a resume that sends it back finds the session.

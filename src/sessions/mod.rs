@@ -36,6 +36,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument as _;
 
 pub use self::{
+    history::FindError,
     hub::{EventHub, FollowItem},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,

@@ -88,6 +88,9 @@ pub struct Change {
     pub clear_cancel: bool,
 }
 
+/// What a pipe sends the writer. Each names its tenure (`epoch`): a turn
+/// that lost its session and has not noticed yet must not write into the
+/// queue of a later tenure of the same session here.
 enum Submission {
     /// A tenure begins (its acquiring commit was made elsewhere).
     Open {
@@ -97,17 +100,20 @@ enum Submission {
     },
     Events {
         key: SessionKey,
+        epoch: u64,
         events: Vec<Event>,
         permit: OwnedSemaphorePermit,
     },
     Commit {
         key: SessionKey,
+        epoch: u64,
         change: Box<Change>,
         ack: oneshot::Sender<Result<Committed, WriteError>>,
     },
     /// The tenure is over: forget the queue once it is empty.
     Close {
         key: SessionKey,
+        epoch: u64,
     },
 }
 
@@ -122,6 +128,7 @@ pub struct Writer {
 #[derive(Clone)]
 pub struct Pipe {
     key: SessionKey,
+    epoch: u64,
     tx: mpsc::Sender<Submission>,
     room: Arc<Semaphore>,
     broken: Arc<OnceLock<WriteError>>,
@@ -154,7 +161,7 @@ impl Writer {
         if self.tx.send(open).await.is_err() {
             let _ = broken.set(WriteError::Stopped);
         }
-        Pipe { key, tx: self.tx.clone(), room: Arc::new(Semaphore::new(ROOM)), broken }
+        Pipe { key, epoch, tx: self.tx.clone(), room: Arc::new(Semaphore::new(ROOM)), broken }
     }
 }
 
@@ -170,7 +177,7 @@ impl Pipe {
             return Err(error.clone());
         }
         let permit = self.room.clone().acquire_owned().await.map_err(|_| WriteError::Stopped)?;
-        let events = Submission::Events { key: self.key.clone(), events, permit };
+        let events = Submission::Events { key: self.key.clone(), epoch: self.epoch, events, permit };
         self.tx.send(events).await.map_err(|_| WriteError::Stopped)
     }
 
@@ -181,14 +188,14 @@ impl Pipe {
             return Err(error.clone());
         }
         let (ack, answer) = oneshot::channel();
-        let commit = Submission::Commit { key: self.key.clone(), change: Box::new(change), ack };
+        let commit = Submission::Commit { key: self.key.clone(), epoch: self.epoch, change: Box::new(change), ack };
         self.tx.send(commit).await.map_err(|_| WriteError::Stopped)?;
         answer.await.map_err(|_| WriteError::Stopped)?
     }
 
     /// Ends the tenure here (after its last commit, or after it broke).
     pub async fn close(&self) {
-        let _ = self.tx.send(Submission::Close { key: self.key.clone() }).await;
+        let _ = self.tx.send(Submission::Close { key: self.key.clone(), epoch: self.epoch }).await;
     }
 }
 
@@ -254,7 +261,8 @@ struct Task {
     inbox: mpsc::Receiver<Submission>,
 }
 
-type Batch = Vec<(SessionKey, Result<Committed, CommitError>)>;
+/// A batch's answers: each session with the tenure its commit was of.
+type Batch = Vec<(SessionKey, u64, Result<Committed, CommitError>)>;
 
 impl Task {
     /// What wakes the loop: a submission, a batch's answer, the earliest
@@ -328,20 +336,26 @@ impl Task {
                     },
                 );
             }
-            Submission::Events { key, events, permit } => match self.queues.get_mut(&key) {
-                Some(queue) if queue.broken.get().is_none() => queue.items.push_back(Item::Events(events, permit)),
+            Submission::Events { key, epoch, events, permit } => match self.queues.get_mut(&key) {
+                Some(queue) if queue.epoch == epoch && queue.broken.get().is_none() => {
+                    queue.items.push_back(Item::Events(events, permit))
+                }
                 _ => {}
             },
-            Submission::Commit { key, change, ack } => match self.queues.get_mut(&key) {
-                Some(queue) => match queue.broken.get() {
+            Submission::Commit { key, epoch, change, ack } => match self.queues.get_mut(&key) {
+                Some(queue) if queue.epoch == epoch => match queue.broken.get() {
                     None => queue.items.push_back(Item::Commit(change, ack)),
                     Some(error) => drop(ack.send(Err(error.clone()))),
                 },
+                // A later tenure of the session runs here now.
+                Some(_) => drop(ack.send(Err(WriteError::Fenced))),
                 None => drop(ack.send(Err(WriteError::Stopped))),
             },
-            Submission::Close { key } => {
-                if let Some(queue) = self.queues.get_mut(&key) {
-                    queue.closing = true;
+            Submission::Close { key, epoch } => {
+                if self.queues.get(&key).is_some_and(|q| q.epoch == epoch) {
+                    if let Some(queue) = self.queues.get_mut(&key) {
+                        queue.closing = true;
+                    }
                     self.forget_if_done(&key);
                 }
             }
@@ -366,7 +380,7 @@ impl Task {
             if ready.is_empty() {
                 return;
             }
-            let mut commits = Vec::with_capacity(ready.len());
+            let (mut commits, mut epochs) = (Vec::with_capacity(ready.len()), Vec::with_capacity(ready.len()));
             for key in &ready {
                 let Some(queue) = self.queues.get_mut(key) else { continue };
                 if queue.attempt.is_none() {
@@ -375,20 +389,22 @@ impl Task {
                 queue.in_flight = true;
                 if let Some(attempt) = &queue.attempt {
                     commits.push(attempt.commit.clone());
+                    epochs.push(queue.epoch);
                 }
             }
             let store = self.store.clone();
             in_flight.push(Box::pin(async move {
                 let results = store.sessions.commit(&commits).await;
-                commits.into_iter().map(|c| c.key).zip(results).collect()
+                commits.into_iter().zip(epochs).zip(results).map(|((c, epoch), r)| (c.key, epoch, r)).collect()
             }));
         }
     }
 
     async fn settle(&mut self, batch: Batch) {
         let now = Instant::now();
-        for (key, result) in batch {
-            let Some(queue) = self.queues.get_mut(&key) else { continue };
+        for (key, epoch, result) in batch {
+            // The answer of an earlier tenure's commit: its queue is gone.
+            let Some(queue) = self.queues.get_mut(&key).filter(|q| q.epoch == epoch) else { continue };
             queue.in_flight = false;
             match result {
                 Ok(committed) => {
