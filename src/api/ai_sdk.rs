@@ -8,7 +8,8 @@
 //!   turn with the last (user) message; a paused one is answered from the
 //!   tool parts of the last (assistant) message: `output-available` /
 //!   `output-error` for frontend tools, `approval.approved` for approvals.
-//!   The answer is the turn's UI message stream.
+//!   The answer is the turn's UI message stream. Parts of a step a
+//!   takeover voided (those a `data-step-restarted` part ends) are not read.
 //! - `GET /v1/ai-sdk/chat/{id}/stream`: replays the running turn from its
 //!   `start` (as the SDK's resume expects) and follows it; 204 when none runs.
 //!
@@ -35,7 +36,7 @@ use crate::{
     auth::Principal,
     domain::{Answers, ApprovalMode, ChatMessage, Decision, FrontendTool, Role, Session, SessionOptions},
     error::ApiError,
-    protocol::ai_sdk::AiSdkEncoder,
+    protocol::ai_sdk::{AiSdkEncoder, live_parts},
     sessions::NewSession,
 };
 
@@ -176,10 +177,14 @@ impl Conversation for ChatBody {
     }
 }
 
-/// The text parts of a message, joined.
+/// The text parts of a message, joined (not those of a step a takeover
+/// voided).
 fn text_of(message: &UiMessage) -> String {
-    let texts: Vec<&str> =
-        message.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    let texts: Vec<&str> = live_parts(&message.parts)
+        .into_iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
     texts.join("\n")
 }
 
@@ -191,7 +196,7 @@ struct ToolPart<'a> {
 }
 
 fn tool_parts(message: &UiMessage) -> impl Iterator<Item = ToolPart<'_>> {
-    message.parts.iter().filter_map(|part| {
+    live_parts(&message.parts).into_iter().filter_map(|part| {
         let kind = part["type"].as_str()?;
         let is_tool = kind.starts_with("tool-") || kind == "dynamic-tool";
         is_tool.then_some(ToolPart { id: part["toolCallId"].as_str()?, part })
@@ -217,5 +222,33 @@ impl ToolPart<'_> {
         let approval = &self.part["approval"];
         let approved = approval["approved"].as_bool()?;
         Some((approved, approval["reason"].as_str().map(str::to_string)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_parts_of_a_step_a_takeover_voided_are_not_read() {
+        let message: UiMessage = serde_json::from_value(json!({"id": "s1-1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "w1 w2 ", "state": "done"},
+            {"type": "tool-chart", "toolCallId": "c1", "state": "output-error", "errorText": "not made"},
+            {"type": "data-step-restarted", "id": "step-restarted-4", "data": {"step": 1}},
+            {"type": "step-start"},
+            {"type": "text", "text": "w1 w2 w3", "state": "done"},
+            {"type": "tool-chart", "toolCallId": "c1", "state": "output-available", "output": {"drawn": true}},
+        ]}))
+        .unwrap();
+        assert_eq!(text_of(&message), "w1 w2 w3");
+        let outputs: Vec<Option<String>> = tool_parts(&message).map(|p| p.output()).collect();
+        assert_eq!(
+            outputs,
+            [Some(r#"{"drawn":true}"#.to_string())],
+            "the regenerated call's output, not the void one's"
+        );
     }
 }

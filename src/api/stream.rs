@@ -1,7 +1,9 @@
 //! Turns a session follower into a streaming response in any dialect: the
 //! encoder renders each event, sent as SSE or, for line-based dialects, as
-//! NDJSON; keep-alives fill idle time. When the replica drains, each stream
-//! ends with its dialect's "rejoin" frame (native: `retry:` and an
+//! NDJSON; keep-alives fill idle time. A dialect whose reset after a
+//! takeover replaces the client's conversation (AG-UI) gets the stored
+//! session with the `step_restarted` event. When the replica drains, each
+//! stream ends with its dialect's "rejoin" frame (native: `retry:` and an
 //! `event: reconnect`), so clients reconnect to another replica with
 //! `Last-Event-ID` or `?after=`.
 
@@ -23,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::{
     app::AppState,
     auth::Principal,
-    protocol::{Encoder, Frame, Transport},
+    protocol::{Encoder, EventKind, Frame, LogEvent, Transport},
     sessions::FollowItem,
 };
 
@@ -36,7 +38,8 @@ const NDJSON_HEARTBEAT: &[u8] = b"{\"type\":\"heartbeat\"}\n";
 const FRAME_BUFFER: usize = 64;
 
 /// Streams `follower` through `encoder`, in the encoder's transport. The
-/// session is re-read at the end only for encoders that want it.
+/// session is re-read at the end, and at a `step_restarted`, only for
+/// encoders that want it.
 pub fn stream(
     state: &AppState,
     principal: Principal,
@@ -98,6 +101,14 @@ pub fn encode(
             };
             let frames = match item {
                 None => break,
+                Some(FollowItem::Event(event)) if restarts_main_step(&event) && encoder.wants_history_on_restart() => {
+                    // Without the stored session (a store error), the
+                    // dialect's plain restart frames: the stream goes on.
+                    match sessions.get_with_history(&principal, &session_id).await {
+                        Ok(view) => encoder.restarted(&event, &view.session),
+                        Err(_) => encoder.encode(&event),
+                    }
+                }
                 Some(FollowItem::Event(event)) => encoder.encode(&event),
                 Some(FollowItem::RecoveryFailed { .. }) => {
                     encoder.failure("recovery_failed", "events after the cursor are no longer retained")
@@ -119,6 +130,12 @@ pub fn encode(
         send_all(encoder.close()).await;
     });
     rx
+}
+
+/// A `step_restarted` of the main agent: the takeover voided the partial
+/// output of its step.
+fn restarts_main_step(event: &LogEvent) -> bool {
+    matches!(event.event.kind, EventKind::StepRestarted { .. }) && event.event.agent.parent_id.is_none()
 }
 
 /// Fields in the order `event:`, `data:`, `id:` (axum writes them in call

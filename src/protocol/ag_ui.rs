@@ -14,7 +14,7 @@
 //! | `relay_requested` (a live relay) | `CUSTOM {name: "relay_requested", value: {relayId, toolCallId, tool, params}}` |
 //! | `paused` with approvals pending | `RUN_FINISHED {outcome: {type: "interrupt", interrupts: [{id: relay id, reason: "tool_approval", toolCallId, message, responseSchema}]}}`: the next run answers with `resume` |
 //! | `paused` for frontend tools only | `RUN_FINISHED {outcome: {type: "success", pendingToolCallIds}}`: the next run carries `role: "tool"` messages |
-//! | `step_restarted` (takeover) | `CUSTOM {name: "step_restarted", value: {step}}`: the text of that step is void |
+//! | `step_restarted` (takeover) | `TEXT_MESSAGE_END` / `TOOL_CALL_END` for what the cut step left open, `CUSTOM {name: "step_restarted", value: {step}}`, `MESSAGES_SNAPSHOT {messages}`: the stored conversation up to the cut step, without its void output; the regenerated step is a new message |
 //! | `error` | `RUN_ERROR {message, code}` (nothing follows it) |
 //! | `turn_ended` | `RUN_FINISHED {outcome: success, or cancelled, usage: [{model, inputTokens, outputTokens, totalTokens}]}` |
 //!
@@ -27,13 +27,31 @@
 //! before its result. Not shown: compaction, relay decisions, and
 //! subagents' own events (the parent's `agent` call and result stand for
 //! them).
+//!
+//! After a takeover, `MESSAGES_SNAPSHOT` is the client's reset: its reducer
+//! keeps the messages the snapshot lists (updated), drops the others and
+//! appends the listed ones it lacks, so the partial message of the cut step
+//! goes and the regenerated text comes in a new message (a new
+//! `TEXT_MESSAGE_START`). The snapshot is the stored conversation cut where
+//! the step began ([`snapshot`]), in AG-UI shapes with ids of its own
+//! (`history-<n>`): the client's earlier messages come back with these ids
+//! and the text the store kept (what a new thread was seeded with). Two
+//! things it cannot undo: a reasoning message of the cut step stays (the
+//! client keeps reasoning messages when a snapshot lists none, and the
+//! store keeps no reasoning), and a turn compacted away since (a replay of
+//! an old turn) gets no snapshot, only the `CUSTOM` event. Streams of
+//! `POST /v1/ag-ui` rarely see a restart: the replica that runs the turn is
+//! the one streaming it, so its death ends the stream too; readers of
+//! `GET /v1/sessions/{id}/events?format=ag-ui` (a rejoin, a replay) do.
+
+mod snapshot;
 
 use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 
 use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
-use crate::domain::Usage;
+use crate::domain::{Session, Usage};
 
 #[derive(Default)]
 pub struct AgUiEncoder {
@@ -58,6 +76,8 @@ pub struct AgUiEncoder {
     /// The open reasoning message id.
     reasoning: Option<String>,
     model: Option<String>,
+    /// The turn of the events, once one named it (for a restart's snapshot).
+    turn: Option<u32>,
 }
 
 impl AgUiEncoder {
@@ -146,10 +166,30 @@ impl AgUiEncoder {
         self.over = true;
     }
 
-    fn translate(&mut self, event: &LogEvent, out: &mut Vec<Value>) {
+    /// After a takeover: what the cut step opened is closed, and with the
+    /// stored `session`, the conversation before the step replaces the
+    /// client's.
+    fn restart_step(&mut self, ts: u64, step: u32, session: Option<&Session>, out: &mut Vec<Value>) {
+        self.close(ts, out);
+        out.push(self.event(ts, "CUSTOM", json!({"name": "step_restarted", "value": {"step": step}})));
+        let Some(session) = session else { return };
+        let turns_since = session.turn().saturating_sub(self.turn.unwrap_or(session.turn()));
+        let Some(messages) = session.history().and_then(|h| snapshot::before_step(h, turns_since, step)) else {
+            return;
+        };
+        // The calls the client now holds are not opened again.
+        self.known_calls.extend(messages.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone())));
+        out.push(self.event(ts, "MESSAGES_SNAPSHOT", json!({"messages": snapshot::render(messages)})));
+    }
+
+    fn translate(&mut self, event: &LogEvent, session: Option<&Session>, out: &mut Vec<Value>) {
         let (seq, ts) = (event.seq, event.event.ts);
         match &event.event.kind {
-            EventKind::TurnStarted { model, .. } => self.model = Some(model.clone()),
+            EventKind::TurnStarted { model, turn } => {
+                self.model = Some(model.clone());
+                self.turn = Some(*turn);
+            }
+            EventKind::Resumed { turn } => self.turn = Some(*turn),
             EventKind::TextDelta { text } => {
                 let id = self.message_id(seq);
                 if !std::mem::replace(&mut self.text_open, true) {
@@ -212,10 +252,7 @@ impl AgUiEncoder {
             EventKind::Paused { pending_relays, pending_calls } => {
                 self.paused(seq, ts, pending_relays, pending_calls, out);
             }
-            EventKind::StepRestarted { step, .. } => {
-                self.close(ts, out);
-                out.push(self.event(ts, "CUSTOM", json!({"name": "step_restarted", "value": {"step": step}})));
-            }
+            EventKind::StepRestarted { step, .. } => self.restart_step(ts, *step, session, out),
             EventKind::Error { code, message, .. } => {
                 out.push(self.event(ts, "RUN_ERROR", json!({"message": message, "code": code})));
                 self.over = true;
@@ -248,14 +285,10 @@ impl AgUiEncoder {
         }
         entry
     }
-}
 
-impl Encoder for AgUiEncoder {
-    fn dialect(&self) -> &'static str {
-        "ag-ui"
-    }
-
-    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+    /// The frames of one event; `session` is the stored session given with
+    /// a `step_restarted`.
+    fn frames(&mut self, event: &LogEvent, session: Option<&Session>) -> Vec<Frame> {
         let mut out = Vec::new();
         if !self.started {
             self.started = true;
@@ -271,12 +304,30 @@ impl Encoder for AgUiEncoder {
             out.push(self.event(event.event.ts, "RUN_STARTED", self.run_fields()));
         }
         if !self.over && event.event.agent.parent_id.is_none() {
-            self.translate(event, &mut out);
+            self.translate(event, session, &mut out);
         }
         let id = event.seq.to_string();
         out.into_iter()
             .map(|data| Frame { id: Some(id.clone()), event: None, data: data.to_string(), retry: None })
             .collect()
+    }
+}
+
+impl Encoder for AgUiEncoder {
+    fn dialect(&self) -> &'static str {
+        "ag-ui"
+    }
+
+    fn encode(&mut self, event: &LogEvent) -> Vec<Frame> {
+        self.frames(event, None)
+    }
+
+    fn wants_history_on_restart(&self) -> bool {
+        true
+    }
+
+    fn restarted(&mut self, event: &LogEvent, session: &Session) -> Vec<Frame> {
+        self.frames(event, Some(session))
     }
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {

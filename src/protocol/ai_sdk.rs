@@ -15,7 +15,7 @@
 //! | `paused` | `finish-step`, `finish {finishReason: "tool-calls"}`: the client answers with its tool outputs and approval responses |
 //! | `error` | `error {errorText}` |
 //! | `turn_ended` | `finish-step`, `finish {finishReason: stop, length (iteration limit) or error, messageMetadata: {usage}}`; `abort` when cancelled |
-//! | `step_restarted` (takeover) | `finish-step`, `data-step-restarted {data: {step}, transient: true}`: the text of that step is void |
+//! | `step_restarted` (takeover) | `text-end` / `reasoning-end` for open parts, `tool-input-error` for the cut step's calls, `data-step-restarted {id, data: {step}}`, `finish-step`: the parts of that step are void |
 //!
 //! The client's reducer is strict, so the encoder keeps its rules: a text
 //! or reasoning part is closed before `finish-step`; no output, denial or
@@ -28,6 +28,19 @@
 //! a continuation after a pause name the message the client already has.
 //! Not shown: compaction, and subagents' own events (the parent's `agent`
 //! call and its output stand for them).
+//!
+//! After a takeover the client cannot be told to drop what it has: the
+//! `ai` reducer (`processUIMessageStream`, under `useChat` and
+//! `readUIMessageStream`) only appends parts, a new `text-start` id makes a
+//! new part, `start` resets the message only on a resumed stream and only
+//! under a new message id (which the chat then adds as a second message),
+//! and only `data-*` parts can be replaced by id. So the cut step's parts
+//! stay, closed (a call it had started ends as `tool-input-error`), and a
+//! non-transient `data-step-restarted` part follows them in the message: a
+//! frontend shows the message without the parts of a step that ends with
+//! one ([`live_parts`]: the parts from the `step-start` before the marker
+//! up to it). The regenerated step is a step of its own, with new part ids.
+//! `onData` sees the marker as it arrives.
 
 use std::collections::HashSet;
 
@@ -37,6 +50,12 @@ use super::{Encoder, EventKind, Frame, LogEvent, PendingRelay, TurnEndReason};
 use crate::domain::{ToolStatus, Usage};
 
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+
+/// The error text of a call whose step was cut by a takeover.
+const VOID_CALL: &str = "not made: the step was generated again after a takeover";
+
+/// The type of the part that ends a step a takeover voided.
+pub const STEP_RESTARTED_PART: &str = "data-step-restarted";
 
 #[derive(Default)]
 pub struct AiSdkEncoder {
@@ -209,9 +228,18 @@ impl AiSdkEncoder {
                 out.push(json!({"type": "finish", "finishReason": "tool-calls"}));
             }
             EventKind::StepRestarted { step, .. } => {
+                // The marker closes a step of its own even when this stream
+                // saw none of the cut step's output.
+                self.open_step(out);
+                self.close_parts(out);
+                for (id, name, text) in std::mem::take(&mut self.calls) {
+                    self.announced.remove(&id);
+                    out.push(json!({"type": "tool-input-error", "toolCallId": id, "toolName": name, "input": text,
+                                    "errorText": VOID_CALL}));
+                }
+                out.push(json!({"type": STEP_RESTARTED_PART, "id": format!("step-restarted-{seq}"),
+                                "data": {"step": step}}));
                 self.finish_step(out);
-                self.calls.clear();
-                out.push(json!({"type": "data-step-restarted", "data": {"step": step}, "transient": true}));
             }
             EventKind::Error { message, .. } => {
                 self.close_parts(out);
@@ -281,6 +309,26 @@ impl Encoder for AiSdkEncoder {
     fn close(&mut self) -> Vec<Frame> {
         vec![Frame::data("[DONE]")]
     }
+}
+
+/// The parts of a UI message that stand: without those of a step that a
+/// `data-step-restarted` part ends (from the `step-start` before it, or the
+/// message's start, up to the marker).
+pub fn live_parts(parts: &[Value]) -> Vec<&Value> {
+    let (mut live, mut step) = (Vec::new(), Vec::new());
+    for part in parts {
+        match part["type"].as_str() {
+            Some("step-start") => live.append(&mut step),
+            Some(STEP_RESTARTED_PART) => {
+                step.clear();
+                continue;
+            }
+            _ => {}
+        }
+        step.push(part);
+    }
+    live.append(&mut step);
+    live
 }
 
 /// A tool's output as the client gets it: JSON text that holds an object or

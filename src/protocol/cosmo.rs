@@ -8,6 +8,7 @@
 //! | `text_delta` | `text {text}` |
 //! | `usage` (the end of a model call) that asked for tools | `tool_call {toolName, toolCallId, toolArgs}` per call, denied ones included (their result says so) |
 //! | `tool_result` | `tool_result {toolCallId, toolName, toolResult}`: a preview of at most 200 characters |
+//! | `step_restarted` (takeover; `restartedStep` is ours) | `thinking {restartedStep}` |
 //! | `error` | `error {error}` |
 //! | `turn_ended` cancelled | `error {error: "the turn was cancelled"}` |
 //! | the stream's end after `turn_ended` final or max_iterations, or `paused` | `done {contextUsage?}` |
@@ -16,8 +17,17 @@
 //! the model's context window. Ours: `done` carries `stopReason` when the
 //! turn did not simply finish (`max_iterations`, or `paused` when it waits
 //! for the client's tool results or approvals, given over the native API),
-//! and a `thinking` after a takeover carries `restartedStep`: the text since
-//! the previous `thinking` is void and is generated again.
+//! and a `thinking` after a takeover carries `restartedStep`.
+//!
+//! After a takeover the text the cut model call streamed is void. Cosmo's
+//! `text` only appends, and a client joins its text segments at `done`, so
+//! the closest signal is the one that separates segments: a `thinking`,
+//! which every model call starts after (the turn's, or the one after the
+//! last tool result). A client that knows `restartedStep` drops the text
+//! since the previous `thinking` (the cut call's segment), and the
+//! regenerated text follows as a new segment; one that does not shows the
+//! void text before the answer. The cut call's tool calls were never shown
+//! (calls are announced when their call ends).
 //!
 //! Not shown: reasoning (the `thinking` indicator stands for it), argument
 //! fragments, relays and decisions, usage, compaction, and subagents' own

@@ -12,6 +12,7 @@
 //! | `turn_ended` final / max_iterations | `ai_answer_end` from [`Encoder::finish`] |
 //! | `compaction_*` | `conversation_history_compaction_start` / `conversation_history_compacted` |
 //! | `error` | `error {description, error_code, msg, success: false}` |
+//! | `step_restarted` (takeover) | nothing: the cut call's held `start_tool_calling`s are dropped |
 //!
 //! Holmes sends one whole message per model call, then the calls it starts,
 //! then (after the tools ran) the iteration's token count. Canonical events
@@ -21,6 +22,12 @@
 //! A held frame goes out with the id of the event that releases it, so a
 //! rejoin after that id has seen it. Only the main agent's events are
 //! shown: Holmes has no subagents (the `agent` tool is one tool call).
+//!
+//! After a takeover nothing needs taking back: Holmes streams no text, and
+//! the cut model call never completed, so it sent no `ai_message`; the
+//! calls it had started were held, and are dropped. The regenerated call's
+//! `ai_message` holds its own text only, and `ai_answer_end.analysis` is
+//! the last completed message's.
 //!
 //! `conversation_history` is the stored conversation in OpenAI format; the
 //! `approval_required` and `ai_answer_end` events carry `session_id` too.
@@ -281,12 +288,19 @@ impl Encoder for HolmesEncoder {
                 out.push(self.frame("conversation_history_compacted", data));
             }
             EventKind::TurnStarted { model, .. } => self.learn_model(model),
+            // The cut call never completed (no message held); the calls it
+            // started are void, their argument fragments too (a regenerated
+            // call may reuse an id).
+            EventKind::StepRestarted { .. } => {
+                for (id, _) in std::mem::take(&mut self.held_starts) {
+                    self.fragments.remove(&id);
+                }
+            }
             EventKind::TextDelta { .. }
             | EventKind::ReasoningDelta { .. }
             | EventKind::RelayRequested(_)
             | EventKind::RelayDecided { .. }
-            | EventKind::Resumed { .. }
-            | EventKind::StepRestarted { .. } => {}
+            | EventKind::Resumed { .. } => {}
         }
         out
     }
@@ -456,64 +470,4 @@ pub fn render_history(messages: &[ChatMessage]) -> Vec<Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::{AgentRef, Event};
-
-    fn event(seq: u64, kind: EventKind) -> LogEvent {
-        let agent = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
-        LogEvent { seq, session_id: "s1".into(), event: Event { kind, agent, ts: 1 } }
-    }
-
-    fn names(frames: &[Frame]) -> Vec<&str> {
-        frames.iter().filter_map(|f| f.event.as_deref()).collect()
-    }
-
-    #[test]
-    fn a_step_is_sent_in_holmes_order_with_the_id_of_the_event_that_releases_it() {
-        let mut encoder = HolmesEncoder::new(Some(Limits { max_tokens: 1000, max_output_tokens: 100 }));
-        let started = EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "wipe".into() };
-        assert!(encoder.encode(&event(2, started)).is_empty());
-        encoder
-            .encode(&event(3, EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"all":true}"#.into() }));
-        let message = EventKind::MessageCompleted { content: Some("Wiping.".into()), reasoning: None };
-        assert!(encoder.encode(&event(4, message)).is_empty());
-        let usage = Usage { input_tokens: 10, output_tokens: 2, ..Usage::default() };
-        let frames = encoder.encode(&event(5, EventKind::Usage { usage, total: usage }));
-        assert_eq!(names(&frames), ["ai_message", "start_tool_calling"]);
-        assert!(frames.iter().all(|f| f.id.as_deref() == Some("5")));
-        let message: Value = serde_json::from_str(&frames[0].data).unwrap();
-        assert_eq!(message["metadata"]["usage"]["total_tokens"], 12);
-        assert_eq!(message["metadata"]["max_tokens"], 1000);
-
-        let denied = EventKind::ToolResult {
-            tool_call_id: "c1".into(),
-            name: "wipe".into(),
-            status: crate::domain::ToolStatus::Denied,
-            output: json!("Permission denied: no"),
-        };
-        let frames = encoder.encode(&event(6, denied));
-        let result: Value = serde_json::from_str(&frames[0].data).unwrap();
-        assert_eq!(result["result"]["status"], "error");
-        assert_eq!(result["result"]["error"], "Permission denied: no");
-        assert_eq!(result["result"]["params"], json!({"all": true}));
-        let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage };
-        assert_eq!(names(&encoder.encode(&event(7, end))), ["token_count"]);
-    }
-
-    #[test]
-    fn a_rate_limit_is_error_code_5204() {
-        let mut encoder = HolmesEncoder::default();
-        let error = EventKind::Error {
-            code: crate::domain::FailureCode::RateLimited,
-            message: "slow down".into(),
-            retry_after_secs: Some(7),
-        };
-        let data: Value = serde_json::from_str(&encoder.encode(&event(1, error))[0].data).unwrap();
-        assert_eq!(
-            data,
-            json!({"description": "slow down", "error_code": 5204, "msg": "slow down",
-            "success": false, "code": "rate_limited", "retry_after": 7})
-        );
-    }
-}
+mod tests;

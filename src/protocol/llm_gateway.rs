@@ -14,14 +14,26 @@
 //! | `usage` | `usage {inputTokens, outputTokens, cacheReadTokens?, cacheCreationTokens?}` |
 //! | `error` | `error {message, code}` |
 //! | `turn_ended` | `harness_end {reason, iterations, totalUsage}` |
+//! | `step_restarted` (takeover; ours) | `step_restarted {step, discard: [ids]}` |
 //!
 //! `harness_end.reason` is `final` or `max_iterations` as in llm-gateway, and
 //! our own `cancelled` (an explicit cancel) and `error` (the turn failed; an
 //! `error` event comes just before). A subagent gets no `harness_end`: its
 //! end is the parent's `tool_result` for the `agent` call named by its
 //! `parentId`. Everything else (tool call fragments, whole messages, relay
-//! decisions, pauses, step restarts, compaction) has no llm-gateway
-//! equivalent and is skipped.
+//! decisions, pauses, compaction) has no llm-gateway equivalent and is
+//! skipped.
+//!
+//! After a takeover the text the cut model call streamed is void, and
+//! llm-gateway has no event that takes text back: its clients append every
+//! `text`. So the restart is an event of ours, `step_restarted {step,
+//! discard}`, which clients that do not know it skip like any unknown
+//! event: `discard` lists the ids of the `text` and `reasoning` events of
+//! the cut call that this stream sent (every event has an id of its own, so
+//! the regenerated text comes with new ids). A client drops those; one
+//! that rejoined mid-call drops everything the main agent streamed since
+//! its last `usage` (each model call ends with one), since `discard` names
+//! only what this connection sent.
 //!
 //! `runId` is `<sessionId>:<turn>`. A stream that starts mid-turn (a rejoin
 //! with `?format=llm-gateway`) has not seen the turn's `turn_started`; until
@@ -50,6 +62,9 @@ pub struct LlmGatewayEncoder {
     max_iterations: Option<u32>,
     /// Subagents already announced with a `harness_start` of their own.
     subagents: HashSet<String>,
+    /// Ids of the `text` / `reasoning` events of the main agent's current
+    /// model call: void if a takeover cuts it.
+    call_text: Vec<String>,
 }
 
 impl LlmGatewayEncoder {
@@ -67,7 +82,7 @@ impl LlmGatewayEncoder {
             session_id: Some(session_id.to_string()),
             turn: Some(turn),
             max_iterations: Some(max_iterations),
-            subagents: HashSet::new(),
+            ..Self::default()
         }
     }
 
@@ -96,6 +111,18 @@ impl LlmGatewayEncoder {
 
     /// The event's name and own fields, or `None` when it is not shown.
     fn translate(&mut self, event: &LogEvent) -> Option<(&'static str, Value)> {
+        let main = event.event.agent.parent_id.is_none();
+        if main
+            && matches!(
+                event.event.kind,
+                EventKind::TurnStarted { .. } | EventKind::Resumed { .. } | EventKind::Usage { .. }
+            )
+        {
+            self.call_text.clear();
+        }
+        if main && matches!(event.event.kind, EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. }) {
+            self.call_text.push(format!("evt_{}", event.seq));
+        }
         let translated = match &event.event.kind {
             EventKind::TurnStarted { turn, .. } => {
                 self.turn = Some(*turn);
@@ -127,6 +154,9 @@ impl LlmGatewayEncoder {
                     data["retryAfter"] = json!(secs);
                 }
                 ("error", data)
+            }
+            EventKind::StepRestarted { step, .. } if main => {
+                ("step_restarted", json!({"step": step, "discard": std::mem::take(&mut self.call_text)}))
             }
             EventKind::TurnEnded { reason, iterations, usage } => (
                 "harness_end",
@@ -284,6 +314,48 @@ mod tests {
         );
         let again = encoder.encode(&event(6, EventKind::TextDelta { text: "!".into() }, sub));
         assert_eq!(again.len(), 1);
+    }
+
+    #[test]
+    fn a_restart_names_the_text_events_it_voids_and_the_regenerated_text_has_new_ids() {
+        let mut encoder = LlmGatewayEncoder::default();
+        let frames: Vec<Frame> = (crate::protocol::testing::restarted_turn(1).into_iter().enumerate())
+            .flat_map(|(i, kind)| encoder.encode(&event(i as u64 + 1, kind, main_agent())))
+            .collect();
+        let restart = frames.iter().find(|f| f.event.as_deref() == Some("step_restarted")).unwrap();
+        assert_eq!(restart.id.as_deref(), Some("4"));
+        assert_eq!(
+            data(restart),
+            json!({"type": "step_restarted", "runId": "s1:1", "agentId": "main", "step": 1,
+                   "discard": ["evt_2", "evt_3"]})
+        );
+        // What a client that honours `discard` ends with.
+        let mut text: Vec<(Value, String)> = Vec::new();
+        for frame in frames.iter().map(data) {
+            match frame["type"].as_str().unwrap() {
+                "text" => text.push((frame["id"].clone(), frame["content"].as_str().unwrap().to_string())),
+                "step_restarted" => {
+                    let discard = frame["discard"].as_array().unwrap();
+                    text.retain(|(id, _)| !discard.contains(id));
+                }
+                _ => {}
+            }
+        }
+        let answer: String = text.into_iter().map(|(_, content)| content).collect();
+        assert_eq!(answer, crate::protocol::testing::RESTARTED_ANSWER);
+    }
+
+    #[test]
+    fn a_restart_voids_only_the_cut_calls_text() {
+        let mut encoder = LlmGatewayEncoder::default();
+        let usage = Usage { input_tokens: 1, output_tokens: 1, ..Usage::default() };
+        encoder.encode(&event(1, EventKind::TextDelta { text: "done".into() }, main_agent()));
+        encoder.encode(&event(2, EventKind::Usage { usage, total: usage }, main_agent()));
+        let sub = AgentRef { agent_id: "agent_1".into(), parent_id: Some("call_1".into()), depth: 1 };
+        encoder.encode(&event(3, EventKind::TextDelta { text: "inner".into() }, sub));
+        encoder.encode(&event(4, EventKind::ReasoningDelta { text: "hm".into() }, main_agent()));
+        let frames = encoder.encode(&event(5, EventKind::StepRestarted { step: 2, replica: "b".into() }, main_agent()));
+        assert_eq!(data(&frames[0])["discard"], json!(["evt_4"]));
     }
 
     #[test]

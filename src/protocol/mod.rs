@@ -121,6 +121,22 @@ pub trait Encoder: Send {
         Vec::new()
     }
 
+    /// Whether a `step_restarted` event of the main agent should come with
+    /// the stored session (with its conversation), through
+    /// [`Encoder::restarted`] (saves a store read for dialects that do not).
+    fn wants_history_on_restart(&self) -> bool {
+        false
+    }
+
+    /// The frames for a `step_restarted` event, given the session as stored
+    /// when the event is read (its conversation may have gone on since: a
+    /// replay of a finished turn), for a dialect whose reset replaces the
+    /// client's whole conversation. Called instead of [`Encoder::encode`]
+    /// when [`Encoder::wants_history_on_restart`] and the read succeeded.
+    fn restarted(&mut self, event: &LogEvent, _session: &Session) -> Vec<Frame> {
+        self.encode(event)
+    }
+
     /// Frames that close a stream whose events all arrived, needing nothing
     /// stored (after [`Encoder::finish`], if any).
     fn close(&mut self) -> Vec<Frame> {

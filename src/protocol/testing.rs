@@ -1,10 +1,11 @@
 //! Helpers for the encoders' unit tests: events as the log hands them out,
-//! and a stored session for `finish`.
+//! a stored session for `finish` (and AG-UI's restart), and the events of a
+//! turn taken over mid-step.
 
 use serde_json::{Value, json};
 
 use super::{AgentRef, EventKind, Frame, LogEvent};
-use crate::domain::{Event, Session, Usage};
+use crate::domain::{ChatMessage, Event, Session, TurnEndReason, Usage};
 
 pub fn main_agent() -> AgentRef {
     AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 }
@@ -28,13 +29,40 @@ pub fn usage(input_tokens: u64, output_tokens: u64) -> Usage {
 /// Session `s1` on `model`, as stored after a turn, with an empty
 /// conversation.
 pub fn doc(model: &str) -> Session {
+    doc_at(model, 1, Vec::new())
+}
+
+/// Session `s1` on `model`, as stored after turn `turn`, with `history`.
+pub fn doc_at(model: &str, turn: u32, history: Vec<ChatMessage>) -> Session {
     let session: Session = serde_json::from_value(json!({
         "id": "s1", "tenant": "acme", "subject": "alice", "status": "completed",
-        "model": model, "dialect": "native", "created_ms": 1, "updated_ms": 2, "turn": 1,
+        "model": model, "dialect": "native", "created_ms": 1, "updated_ms": 2, "turn": turn,
         "usage": {"input_tokens": 0, "output_tokens": 0}, "options": {},
     }))
     .expect("a valid session document");
-    session.restored(0, Some(Vec::new()))
+    session.restored(history.len(), Some(history))
+}
+
+/// What the turn of [`restarted_turn`] answers.
+pub const RESTARTED_ANSWER: &str = "w1 w2 w3";
+
+/// Turn `turn`, taken over mid-step: its first model call streamed
+/// "w1 w2 " and was cut (event 4 is the `step_restarted`), then was
+/// generated again whole.
+pub fn restarted_turn(turn: u32) -> Vec<EventKind> {
+    let delta = |text: &str| EventKind::TextDelta { text: text.into() };
+    vec![
+        EventKind::TurnStarted { turn, model: "m".into() },
+        delta("w1 "),
+        delta("w2 "),
+        EventKind::StepRestarted { step: 1, replica: "b".into() },
+        delta("w1 "),
+        delta("w2 "),
+        delta("w3"),
+        EventKind::MessageCompleted { content: Some(RESTARTED_ANSWER.into()), reasoning: None },
+        EventKind::Usage { usage: usage(10, 3), total: usage(10, 3) },
+        EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: usage(10, 3) },
+    ]
 }
 
 pub fn data(frame: &Frame) -> Value {

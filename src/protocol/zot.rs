@@ -17,7 +17,16 @@
 //! | `error` | `turn_end {stop: "error", error}` if a step is open; `error {message}` |
 //! | `turn_ended` | `turn_end {stop: "end"}` (`"aborted"` when cancelled) if a step is open; `done` |
 //! | `paused` | `turn_end {stop: "tool_use"}` if owed; `done {paused: true}` |
-//! | `step_restarted` (takeover) | `turn_end {stop: "aborted"}` for the cut step; the step starts again |
+//! | `step_restarted` (takeover) | for the cut step, if open: `tool_use_end {id}` per call it started, `assistant_message {content: []}`, `turn_end {stop: "aborted", restarted: true}`; then the step starts again under its own number |
+//!
+//! After a takeover the cut step's streamed text is void. zot has no event
+//! that takes text back, so its message ends empty: a consumer that
+//! finishes a message with `assistant_message`'s content (Glasspane's
+//! `message_end`) ends with nothing from it; one that keeps the streamed
+//! deltas sees an aborted step (`restarted: true` is ours: the step is
+//! generated again, not stopped by the user) and can drop its text. The
+//! step then starts again with a `turn_start` of the same number, and its
+//! `assistant_message` holds only the regenerated text.
 //!
 //! Ours on every line: `seq`, so a consumer can rejoin with `?after=<seq>`;
 //! and when nothing happens for a while, a `{"type":"heartbeat"}` line. zot's
@@ -155,7 +164,14 @@ impl Encoder for ZotEncoder {
             }
             EventKind::RelayRequested(_) => self.settle_tool_use(seq, &mut out),
             EventKind::StepRestarted { step, .. } => {
-                self.end_step(seq, json!({"stop": "aborted"}), &mut out);
+                if self.in_step {
+                    for (id, ..) in std::mem::take(&mut self.calls) {
+                        out.push(Self::line(seq, "tool_use_end", json!({"id": id})));
+                    }
+                    let time = iso_time(event.event.ts);
+                    out.push(Self::line(seq, "assistant_message", json!({"content": [], "time": time})));
+                }
+                self.end_step(seq, json!({"stop": "aborted", "restarted": true}), &mut out);
                 self.calls.clear();
                 self.text = None;
                 self.tool_use_end_due = false;

@@ -25,7 +25,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs `clients/<script>` against `url` with `token` and `input`; returns
 /// whether it exited 0, and its JSON output.
-async fn run_client(script: &str, url: &str, token: &str, input: &Value) -> (bool, Value) {
+pub async fn run_client(script: &str, url: &str, token: &str, input: &Value) -> (bool, Value) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
     assert!(
         dir.join("node_modules").is_dir(),

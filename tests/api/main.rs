@@ -25,5 +25,6 @@ mod native_api;
 mod orchestrator;
 mod orchestrator_limits;
 mod providers;
+mod restarts;
 mod sessions;
 mod store_contract;

@@ -1,7 +1,9 @@
 use serde_json::json;
 
 use super::*;
-use crate::protocol::testing::{all_data, event, subagent_event, types, usage};
+use crate::protocol::testing::{
+    RESTARTED_ANSWER, all_data, doc_at, event, restarted_turn, subagent_event, types, usage,
+};
 
 fn encode_all(encoder: &mut AgUiEncoder, events: Vec<EventKind>) -> Vec<Value> {
     let frames: Vec<Frame> =
@@ -208,4 +210,111 @@ fn subagent_events_are_not_shown() {
     let mut encoder = AgUiEncoder::default();
     let frames = encoder.encode(&subagent_event(1, EventKind::TextDelta { text: "inner".into() }));
     assert_eq!(types(&frames), ["RUN_STARTED"]);
+}
+
+/// `@ag-ui/client`'s reducer (`defaultApplyEvents`), for what these tests
+/// send: text messages, and `MESSAGES_SNAPSHOT`, which keeps (updated) the
+/// messages it lists, drops the others but reasoning ones when it lists
+/// none, and appends the listed ones the client lacks.
+fn apply(mut messages: Vec<Value>, events: &[Value]) -> Vec<Value> {
+    for e in events {
+        match e["type"].as_str().unwrap() {
+            "TEXT_MESSAGE_START" | "REASONING_MESSAGE_START" => {
+                let role = if e["type"] == "TEXT_MESSAGE_START" { "assistant" } else { "reasoning" };
+                messages.push(json!({"id": e["messageId"], "role": role, "content": ""}));
+            }
+            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" => {
+                let message = messages.iter_mut().find(|m| m["id"] == e["messageId"]).expect("a started message");
+                message["content"] =
+                    json!(format!("{}{}", message["content"].as_str().unwrap(), e["delta"].as_str().unwrap()));
+            }
+            "MESSAGES_SNAPSHOT" => {
+                let listed = e["messages"].as_array().unwrap();
+                let keeps_reasoning = !listed.iter().any(|m| m["role"] == "reasoning");
+                messages.retain(|m| {
+                    listed.iter().any(|l| l["id"] == m["id"]) || (keeps_reasoning && m["role"] == "reasoning")
+                });
+                for message in &mut messages {
+                    if let Some(l) = listed.iter().find(|l| l["id"] == message["id"]) {
+                        *message = l.clone();
+                    }
+                }
+                for l in listed {
+                    if !messages.iter().any(|m| m["id"] == l["id"]) {
+                        messages.push(l.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    messages
+}
+
+/// The turn of `restarted_turn(2)`, with the `step_restarted` given the
+/// stored session (`None`: the store could not be read).
+fn restarted_run(session: Option<&crate::domain::Session>) -> Vec<Value> {
+    let mut encoder = AgUiEncoder::default();
+    let frames: Vec<Frame> = (restarted_turn(2).into_iter().enumerate())
+        .flat_map(|(i, kind)| {
+            let e = event(i as u64 + 1, kind);
+            match (&e.event.kind, session) {
+                (EventKind::StepRestarted { .. }, Some(session)) => encoder.restarted(&e, session),
+                _ => encoder.encode(&e),
+            }
+        })
+        .collect();
+    all_data(&frames)
+}
+
+#[test]
+fn a_restarted_step_is_a_snapshot_of_the_conversation_before_it_and_a_new_message() {
+    use crate::domain::{ChatMessage, Role};
+    // Read when the turn was over (a replay): the store holds the
+    // regenerated answer already; the snapshot stops before it.
+    let history = vec![
+        ChatMessage::text(Role::User, "earlier"),
+        ChatMessage::text(Role::Assistant, "before"),
+        ChatMessage::text(Role::User, "go"),
+        ChatMessage::text(Role::Assistant, RESTARTED_ANSWER),
+    ];
+    let events = restarted_run(Some(&doc_at("m", 2, history)));
+    assert_verifies(&events);
+    let at = events.iter().position(|e| e["type"] == "CUSTOM").unwrap();
+    let restart = &events[at - 1..=at + 1];
+    assert_eq!(
+        restart.iter().map(|e| e["type"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["TEXT_MESSAGE_END", "CUSTOM", "MESSAGES_SNAPSHOT"]
+    );
+    assert_eq!(restart[1]["value"], json!({"step": 1}));
+    assert_eq!(
+        restart[2]["messages"],
+        json!([{"id": "history-0", "role": "user", "content": "earlier"},
+               {"id": "history-1", "role": "assistant", "content": "before"},
+               {"id": "history-2", "role": "user", "content": "go"}])
+    );
+    let starts: Vec<&Value> = events.iter().filter(|e| e["type"] == "TEXT_MESSAGE_START").collect();
+    assert_eq!(starts.len(), 2);
+    assert_ne!(starts[0]["messageId"], starts[1]["messageId"], "the regenerated text is a new message");
+
+    // The client that had the thread's messages ends with them and the answer once.
+    let client = vec![
+        json!({"id": "u1", "role": "user", "content": "earlier"}),
+        json!({"id": "a1", "role": "assistant", "content": "before"}),
+        json!({"id": "u2", "role": "user", "content": "go"}),
+    ];
+    let messages = apply(client, &events);
+    let contents: Vec<&str> = messages.iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(contents, ["earlier", "before", "go", RESTARTED_ANSWER]);
+}
+
+#[test]
+fn without_the_stored_session_a_restart_is_only_said() {
+    let events = restarted_run(None);
+    assert_verifies(&events);
+    assert!(!events.iter().any(|e| e["type"] == "MESSAGES_SNAPSHOT"));
+    assert!(events.iter().any(|e| e["type"] == "CUSTOM" && e["name"] == "step_restarted"));
+    let messages = apply(Vec::new(), &events);
+    let contents: Vec<&str> = messages.iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(contents, ["w1 w2 ", RESTARTED_ANSWER], "the void text stays a message of its own");
 }

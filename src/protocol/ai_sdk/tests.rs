@@ -3,7 +3,7 @@ use serde_json::json;
 use super::*;
 use crate::protocol::{
     PendingCall,
-    testing::{all_data, event, types, usage},
+    testing::{RESTARTED_ANSWER, all_data, event, restarted_turn, types, usage},
 };
 
 fn encode_all(encoder: &mut AiSdkEncoder, events: Vec<EventKind>) -> Vec<Frame> {
@@ -232,33 +232,122 @@ fn an_error_mid_text_closes_the_part_and_a_cancel_aborts() {
     assert_valid(&all_data(&frames), &[]);
 }
 
+/// The parts `processUIMessageStream` builds from `chunks` (a subset: steps,
+/// text, tool parts by call id in the current step, data parts), as
+/// `useChat`'s message holds them.
+fn reduce(chunks: &[Value]) -> Vec<Value> {
+    let mut parts: Vec<Value> = Vec::new();
+    let mut text: std::collections::HashMap<String, usize> = Default::default();
+    for chunk in chunks {
+        let id = chunk["id"].as_str().unwrap_or_default().to_string();
+        let kind = chunk["type"].as_str().unwrap();
+        match kind {
+            "start-step" => parts.push(json!({"type": "step-start"})),
+            "text-start" => {
+                text.insert(id, parts.len());
+                parts.push(json!({"type": "text", "text": ""}));
+            }
+            "text-delta" => {
+                let part = &mut parts[text[&id]];
+                part["text"] = json!(format!("{}{}", part["text"].as_str().unwrap(), chunk["delta"].as_str().unwrap()));
+            }
+            "tool-input-start" => parts.push(json!({"type": format!("tool-{}", chunk["toolName"].as_str().unwrap()),
+                                                    "toolCallId": chunk["toolCallId"], "state": "input-streaming"})),
+            "tool-input-available" | "tool-input-error" => {
+                let step = parts.iter().rposition(|p| p["type"] == "step-start").unwrap_or(0);
+                let state = if kind == "tool-input-error" { "output-error" } else { "input-available" };
+                match parts[step..].iter_mut().find(|p| p["toolCallId"] == chunk["toolCallId"]) {
+                    Some(part) => part["state"] = json!(state),
+                    None => parts.push(json!({"type": format!("tool-{}", chunk["toolName"].as_str().unwrap()),
+                                              "toolCallId": chunk["toolCallId"], "state": state})),
+                }
+            }
+            _ if kind.starts_with("data-") && chunk["transient"] != true => {
+                parts.push(json!({"type": kind, "id": chunk["id"], "data": chunk["data"]}));
+            }
+            _ => {}
+        }
+    }
+    parts
+}
+
+fn text_of(parts: &[&Value]) -> String {
+    parts.iter().filter(|p| p["type"] == "text").map(|p| p["text"].as_str().unwrap()).collect()
+}
+
 #[test]
-fn a_restarted_step_ends_the_cut_step_and_says_so_in_a_transient_data_part() {
+fn a_restarted_step_ends_with_a_data_part_that_voids_its_parts() {
+    let mut encoder = AiSdkEncoder::default();
+    let frames = encode_all(&mut encoder, restarted_turn(1));
+    let chunks = all_data(&frames);
+    assert_valid(&chunks, &[]);
+    let at = chunks.iter().position(|c| c["type"] == "data-step-restarted").unwrap();
+    assert_eq!(
+        chunks[at - 1..=at + 2],
+        [
+            json!({"type": "text-end", "id": "text-2"}),
+            json!({"type": "data-step-restarted", "id": "step-restarted-4", "data": {"step": 1}}),
+            json!({"type": "finish-step"}),
+            json!({"type": "start-step"}),
+        ]
+    );
+    let text_ids: Vec<&Value> = chunks.iter().filter(|c| c["type"] == "text-start").map(|c| &c["id"]).collect();
+    assert_eq!(text_ids, [&json!("text-2"), &json!("text-5")], "the regenerated text is a part of its own");
+
+    let parts = reduce(&chunks);
+    assert_eq!(text_of(&parts.iter().collect::<Vec<_>>()), "w1 w2 w1 w2 w3", "what the reducer alone keeps");
+    assert_eq!(text_of(&live_parts(&parts)), RESTARTED_ANSWER, "what a frontend shows");
+}
+
+#[test]
+fn a_call_the_cut_step_started_ends_in_error_and_is_void() {
     let mut encoder = AiSdkEncoder::default();
     let frames = encode_all(
         &mut encoder,
         vec![
-            EventKind::TextDelta { text: "par".into() },
+            EventKind::TurnStarted { turn: 1, model: "m".into() },
+            EventKind::TextDelta { text: "Let me".into() },
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "lookup".into() },
+            EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"id":"#.into() },
             EventKind::StepRestarted { step: 1, replica: "b".into() },
-            EventKind::TextDelta { text: "full".into() },
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "lookup".into() },
+            EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"id":"7"}"#.into() },
+            call_usage(),
         ],
     );
     let chunks = all_data(&frames);
-    assert_eq!(
-        types(&frames),
-        [
-            "start",
-            "start-step",
-            "text-start",
-            "text-delta",
-            "text-end",
-            "finish-step",
-            "data-step-restarted",
-            "start-step",
-            "text-start",
-            "text-delta"
-        ]
-    );
-    assert_eq!(chunks[6], json!({"type": "data-step-restarted", "data": {"step": 1}, "transient": true}));
     assert_valid(&chunks, &[]);
+    let error = chunks.iter().find(|c| c["type"] == "tool-input-error").unwrap();
+    assert_eq!(
+        error,
+        &json!({"type": "tool-input-error", "toolCallId": "c1", "toolName": "lookup", "input": r#"{"id":"#,
+                "errorText": VOID_CALL})
+    );
+    let available: Vec<&Value> = chunks.iter().filter(|c| c["type"] == "tool-input-available").collect();
+    assert_eq!(available.len(), 1, "the regenerated call, same id, is announced in its step");
+    assert_eq!(available[0]["input"], json!({"id": "7"}));
+    let parts = reduce(&chunks);
+    let live = live_parts(&parts);
+    assert_eq!(live.len(), 2, "{live:?}");
+    assert_eq!((live[0]["type"].as_str(), live[1]["state"].as_str()), (Some("step-start"), Some("input-available")));
+}
+
+#[test]
+fn a_restart_this_stream_saw_nothing_of_closes_an_empty_step() {
+    let mut encoder = AiSdkEncoder::default();
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TextDelta { text: "Found.".into() },
+            call_usage(),
+            result("c1", "success", json!("ok")),
+            EventKind::StepRestarted { step: 2, replica: "b".into() },
+        ],
+    );
+    let chunks = all_data(&frames);
+    assert_valid(&chunks, &[]);
+    let parts = reduce(&chunks);
+    assert_eq!(text_of(&live_parts(&parts)), "Found.", "the step before stays");
+    let types = types(&frames);
+    assert_eq!(types[types.len() - 3..], ["start-step", "data-step-restarted", "finish-step"]);
 }

@@ -152,3 +152,33 @@ fn subagent_events_and_a_restart_are_handled() {
     let frames = encoder.encode(&event(2, EventKind::StepRestarted { step: 2, replica: "b".into() }));
     assert_eq!(all_data(&frames), [json!({"sessionId": "s1", "type": "thinking", "restartedStep": 2})]);
 }
+
+/// A Cosmo client that knows `restartedStep`: text segments split at
+/// `thinking`, the segment before a restart dropped, all joined at `done`.
+fn answer(events: &[Value]) -> String {
+    let mut segments: Vec<String> = vec![String::new()];
+    for e in events {
+        match e["type"].as_str().unwrap() {
+            "thinking" => {
+                if e.get("restartedStep").is_some() {
+                    segments.pop();
+                }
+                segments.push(String::new());
+            }
+            "text" => segments.last_mut().unwrap().push_str(e["text"].as_str().unwrap()),
+            _ => {}
+        }
+    }
+    segments.concat()
+}
+
+#[test]
+fn a_restart_is_a_thinking_that_voids_the_text_since_the_last_one() {
+    let mut encoder = encoder();
+    let mut frames = encode_all(&mut encoder, crate::protocol::testing::restarted_turn(1));
+    frames.extend(encoder.finish(&doc("m")));
+    let events = all_data(&frames);
+    assert_eq!(types(&frames), ["thinking", "text", "text", "thinking", "text", "text", "text", "done"]);
+    assert_eq!(events[3], json!({"sessionId": "s1", "type": "thinking", "restartedStep": 1}));
+    assert_eq!(answer(&events), crate::protocol::testing::RESTARTED_ANSWER);
+}

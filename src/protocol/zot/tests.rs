@@ -167,10 +167,19 @@ fn a_restarted_step_is_aborted_and_starts_again_with_its_number() {
     let data = all_data(&frames);
     assert_eq!(
         types(&frames),
-        ["turn_start", "assistant_start", "text_delta", "turn_end", "turn_start", "assistant_start", "text_delta"]
+        [
+            "turn_start",
+            "assistant_start",
+            "text_delta",
+            "assistant_message",
+            "turn_end",
+            "turn_start",
+            "assistant_start",
+            "text_delta"
+        ]
     );
-    assert_eq!(data[3]["stop"], "aborted");
-    assert_eq!(data[4]["step"], 1, "the same step again");
+    assert_eq!(data[4]["stop"], "aborted");
+    assert_eq!(data[5]["step"], 1, "the same step again");
 }
 
 #[test]
@@ -181,4 +190,42 @@ fn a_cancel_is_an_aborted_turn_end_and_subagents_are_not_shown() {
         encode_all(&mut encoder, vec![EventKind::TextDelta { text: "a".into() }, ended(TurnEndReason::Cancelled)]);
     assert_eq!(all_data(&frames)[3], json!({"type": "turn_end", "stop": "aborted", "seq": 2}));
     assert_eq!(types(&frames).last().unwrap(), "done");
+}
+
+/// A Glasspane-like consumer: `assistant_start` opens a message, `text_delta`
+/// streams into it, `assistant_message` ends it with its content's text.
+fn messages(lines: &[Value]) -> Vec<String> {
+    let mut messages: Vec<String> = Vec::new();
+    for line in lines {
+        match line["type"].as_str().unwrap() {
+            "assistant_start" => messages.push(String::new()),
+            "text_delta" => messages.last_mut().unwrap().push_str(line["delta"].as_str().unwrap()),
+            "assistant_message" => {
+                let blocks = line["content"].as_array().unwrap();
+                *messages.last_mut().unwrap() =
+                    blocks.iter().filter(|b| b["type"] == "text").map(|b| b["text"].as_str().unwrap()).collect();
+            }
+            _ => {}
+        }
+    }
+    messages
+}
+
+#[test]
+fn a_restarted_step_ends_its_message_empty_and_the_final_message_is_the_regenerated_one() {
+    let mut encoder = ZotEncoder::default();
+    let frames = encode_all(&mut encoder, crate::protocol::testing::restarted_turn(1));
+    let lines = all_data(&frames);
+    let at = lines.iter().position(|l| l["type"] == "turn_end").unwrap();
+    assert_eq!(
+        lines[at - 1..=at + 1],
+        [
+            json!({"type": "assistant_message", "content": [], "time": "1970-01-01T00:00:00.001Z", "seq": 4}),
+            json!({"type": "turn_end", "stop": "aborted", "restarted": true, "seq": 4}),
+            json!({"type": "turn_start", "step": 1, "seq": 5}),
+        ]
+    );
+    let finals: Vec<&Value> = lines.iter().filter(|l| l["type"] == "assistant_message").collect();
+    assert_eq!(finals.last().unwrap()["content"], json!([{"type": "text", "text": "w1 w2 w3"}]));
+    assert_eq!(messages(&lines), ["", crate::protocol::testing::RESTARTED_ANSWER]);
 }

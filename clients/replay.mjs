@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+// Reads a stream Switchboard already has (GET /v1/sessions/{id}/events
+// ?format=ag-ui|ai-sdk) through the real client's parser and reducer, and
+// prints what the client ends with as JSON.
+//
+//   SWITCHBOARD_TOKEN=<jwt> node replay.mjs <events url> '<input json>'
+//
+// input: {"dialect": "ag-ui", "threadId", "messages": [...]}: `@ag-ui/client`'s
+//        HttpAgent, holding `messages`, runs once on the stream (its fetch is
+//        swapped for a GET of the url): its schema checks, `verifyEvents` and
+//        `defaultApplyEvents` apply. Output {"events", "messages", "warnings",
+//        "failure"}.
+//      | {"dialect": "ai-sdk"}: the `ai` package's `parseJsonEventStream` with
+//        `uiMessageChunkSchema` and `readUIMessageStream` (the reducer under
+//        `useChat`). Output {"message", "failure"}.
+// Exit 0 when the client accepted the whole stream, 1 otherwise.
+import { HttpAgent } from '@ag-ui/client';
+import { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } from 'ai';
+
+const [url, inputText] = process.argv.slice(2);
+if (!url || !inputText) {
+  console.error('usage: SWITCHBOARD_TOKEN=... node replay.mjs <events url> <input json>');
+  process.exit(2);
+}
+const input = JSON.parse(inputText);
+const authorization = `Bearer ${process.env.SWITCHBOARD_TOKEN ?? ''}`;
+const warnings = [];
+console.warn = (...parts) => warnings.push(parts.map(String).join(' '));
+
+async function agUi() {
+  const events = [];
+  const agent = new HttpAgent({
+    url,
+    threadId: input.threadId,
+    initialMessages: input.messages ?? [],
+    headers: { Authorization: authorization },
+    fetch: (target, init) => fetch(target, { method: 'GET', headers: init.headers, signal: init.signal }),
+  });
+  await agent.runAgent({}, { onEvent: ({ event }) => { events.push(event); } });
+  return { events, messages: agent.messages, warnings };
+}
+
+async function aiSdk() {
+  const response = await fetch(url, { headers: { Authorization: authorization } });
+  const chunks = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema }).pipeThrough(
+    new TransformStream({
+      transform(chunk, controller) {
+        if (!chunk.success) throw chunk.error;
+        controller.enqueue(chunk.value);
+      },
+    }),
+  );
+  let message = null;
+  for await (const snapshot of readUIMessageStream({ stream: chunks, terminateOnError: true })) message = snapshot;
+  return { message };
+}
+
+let output = {};
+let failure = null;
+try {
+  output = input.dialect === 'ag-ui' ? await agUi() : await aiSdk();
+} catch (error) {
+  failure = `${error.name ?? 'Error'}: ${error.message}`;
+}
+process.stdout.write(JSON.stringify({ ...output, failure }, null, 2) + '\n');
+if (failure) console.error(`failed: ${failure}`);
+process.exit(failure ? 1 : 0);
