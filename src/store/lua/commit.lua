@@ -122,10 +122,15 @@ for _ = 1, nclose do
 end
 if string.find(flags, 'c', 1, true) then redis.call('HDEL', h, 'cancel') end
 
-local ttl = ARGV[16]
-redis.call('PEXPIRE', h, ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
+-- The session's keys live as long as it is used. A commit that writes the
+-- document (every transition does, and a turn starts with one) renews
+-- them; a commit of streamed events alone need not, within a turn.
+if ARGV[8] ~= '' or change ~= 'keep' then
+  local ttl = ARGV[16]
+  redis.call('PEXPIRE', h, ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
 
 if nev > 0 then
   redis.call('PUBLISH', ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])

@@ -45,6 +45,9 @@ async fn every_replica_hears_a_hand_off(backend: Backend) {
     let mut h = backend.open();
     let k = key("acme", "s1");
     let mut tenure = create_owned(&h.store, &k, "a").await;
+    // Hand-offs are heard by every subscription; a watch returns once this
+    // one is up (it subscribes the hand-off channel first).
+    h.store.notifications.watch(&k).await.unwrap();
     let mut hand_off = tenure.next();
     hand_off.owner = OwnerChange::Release;
     commit_one(&h.store, hand_off).await.unwrap();

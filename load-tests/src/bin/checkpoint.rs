@@ -1,0 +1,303 @@
+//! `checkpoint`: what a checkpoint costs as the conversation grows, the
+//! atomic core's commit against the design it replaced. Prints a Markdown
+//! report on stdout (progress on stderr). See `load-tests/README.md`.
+//!
+//! For each conversation length N (`--sizes`), a session is set up with N
+//! messages, then `--commits` checkpoints are written one after the other,
+//! each what a tool result makes: the session's state document, one new
+//! tool message (`--message-bytes` of text) and its `tool_result` event.
+//!
+//! - **now**: the store's commit (`lua/commit.lua`): the state document,
+//!   the message appended to the conversation list, the event, fenced by
+//!   the owner's tenure — what the gateway writes.
+//! - **before** (same run, same Redis, the baseline): the previous design's
+//!   checkpoint, `state_write.lua` of commit `ec7dc7c` (kept beside this
+//!   file): the whole state document, conversation included, written again
+//!   (the event was a second call then; it is left out, in its favour).
+//!
+//! Reported per N: bytes sent per checkpoint (the commands' arguments, as
+//! built), Redis' own count of bytes it read (`total_net_input_bytes`, a
+//! check on the first; includes RESP framing), and the time per checkpoint
+//! (p50 / p99, one at a time, so the round trip is in it).
+
+use std::{fmt::Write, process::ExitCode, time::Instant};
+
+use clap::Parser;
+use redis::{Script, aio::MultiplexedConnection};
+use switchboard::{
+    config::StoreConfig,
+    domain::{
+        AgentRef, CallDecision, ChatMessage, ConversationChange, Event, PermissionRules, Role, Session, SessionOptions,
+        SessionSpec, StepOutput, ToolCall, ToolOutcome,
+    },
+    store::{Commit, Fence, MessagesWrite, OwnerChange, SessionKey, StateWrite, Store},
+};
+use switchboard_load::{
+    Result,
+    machine::Context,
+    stats::{Summary, int},
+};
+
+const OLD_STATE_WRITE: &str = include_str!("checkpoint/old_state_write.lua");
+const INSTANCE: &str = "bench#1";
+
+/// Checkpoint cost at growing conversation lengths: the atomic commit
+/// against the whole-document rewrite it replaced.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "checkpoint")]
+struct Args {
+    /// Redis to measure against (a unique key prefix is used, then deleted).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Conversation lengths, comma-separated.
+    #[arg(long, default_value = "10,100,1000", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Checkpoints measured per length and design.
+    #[arg(long, default_value_t = 200)]
+    commits: usize,
+    /// Text per message.
+    #[arg(long, default_value_t = 200)]
+    message_bytes: usize,
+}
+
+/// One design at one length.
+struct Measured {
+    sent_bytes: f64,
+    read_bytes: f64,
+    micros: Summary,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("checkpoint: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<String> {
+    let mut context = Context::gather();
+    let prefix = format!("sbbench:{}:", uuid::Uuid::new_v4().simple());
+    let config = StoreConfig {
+        redis_url: Some(args.redis.clone()),
+        key_prefix: prefix.clone(),
+        session_ttl: std::time::Duration::from_secs(600),
+        event_log_max_len: 100_000,
+        lease_ttl: std::time::Duration::from_secs(10),
+    };
+    let (tx, _notices) = tokio::sync::mpsc::channel(1024);
+    let store = Store::open(&config, tx, Default::default())?;
+    let mut conn = redis::Client::open(args.redis.as_str())?.get_multiplexed_async_connection().await?;
+    context.redis_version = redis_version(&mut conn).await?;
+    let mut rows = Vec::new();
+    for &n in &args.sizes {
+        eprintln!("checkpoint: {n} messages");
+        let now = measure_now(&store, &mut conn, n, &args).await?;
+        let before = measure_before(&mut conn, &prefix, n, &args).await?;
+        rows.push((n, now, before));
+    }
+    let deleted = delete_prefix(&mut conn, &prefix).await?;
+    eprintln!("checkpoint: deleted {deleted} keys");
+    context.finish();
+
+    let mut w = String::new();
+    context.write_header(&mut w, "Checkpoint cost against conversation length", &args.redis);
+    let _ = writeln!(
+        w,
+        "- each checkpoint: the state document, one {} B tool message, one event; {} checkpoints per row, one at a time\n",
+        args.message_bytes, args.commits
+    );
+    let _ = writeln!(
+        w,
+        "| messages | now: bytes sent | now: Redis read | now: p50 / p99 | before: bytes sent | before: Redis read | before: p50 / p99 | bytes before ÷ now |"
+    );
+    let _ = writeln!(w, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (n, now, before) in rows {
+        let _ = writeln!(
+            w,
+            "| {n} | {} | {} | {:.0} / {:.0} µs | {} | {} | {:.0} / {:.0} µs | {:.1} |",
+            int(now.sent_bytes),
+            int(now.read_bytes),
+            now.micros.p50,
+            now.micros.p99,
+            int(before.sent_bytes),
+            int(before.read_bytes),
+            before.micros.p50,
+            before.micros.p99,
+            before.sent_bytes / now.sent_bytes,
+        );
+    }
+    Ok(w)
+}
+
+/// A session running its first turn with `n` messages, and the tool call
+/// its checkpoints answer.
+fn session(n: usize, message_bytes: usize) -> Result<Session> {
+    let spec = SessionSpec {
+        id: format!("s{n}"),
+        tenant: "bench".into(),
+        subject: "bench".into(),
+        model: "mock".into(),
+        dialect: "native".into(),
+        options: SessionOptions::default(),
+    };
+    let mut session = Session::new(spec);
+    let text = "x".repeat(message_bytes);
+    let history = (0..n.saturating_sub(1))
+        .map(|i| ChatMessage::text(if i % 2 == 0 { Role::User } else { Role::Assistant }, text.clone()))
+        .collect();
+    session.seed(history)?;
+    session.start_turn(ChatMessage::text(Role::User, text), None)?;
+    Ok(session)
+}
+
+/// A step that calls `calls` tools, so each checkpoint can answer one.
+fn plan(session: &mut Session, calls: usize) -> Result<()> {
+    let calls: Vec<ToolCall> = (0..calls)
+        .map(|i| ToolCall { id: format!("c{i}"), name: "lookup".into(), arguments: r#"{"id":"42"}"#.into() })
+        .collect();
+    let decisions = vec![CallDecision::Run; calls.len()];
+    session.complete_step(StepOutput { calls, ..StepOutput::default() }, decisions, PermissionRules::default())?;
+    Ok(())
+}
+
+fn encoded_messages(messages: &[ChatMessage]) -> Result<Vec<String>> {
+    Ok(messages.iter().map(serde_json::to_string).collect::<std::result::Result<_, _>>()?)
+}
+
+async fn measure_now(store: &Store, conn: &mut MultiplexedConnection, n: usize, args: &Args) -> Result<Measured> {
+    let key = SessionKey::new("bench", format!("now{n}"));
+    let mut session = session(n, args.message_bytes)?;
+    plan(&mut session, args.commits)?;
+    let mut create = Commit::new(key.clone(), Fence::Absent, INSTANCE);
+    create.owner = OwnerChange::Acquire(INSTANCE.into());
+    create.state = Some(StateWrite { doc: serde_json::to_string(&session)?, status: session.status().as_str() });
+    create.messages = MessagesWrite::Append(encoded_messages(session.history().unwrap_or_default())?);
+    store.sessions.commit(&[create]).await.remove(0)?;
+    session.conversation_saved();
+    let output = "y".repeat(args.message_bytes);
+    let main = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
+    let (mut sent, mut micros) = (0usize, Vec::with_capacity(args.commits));
+    let read_before = net_input(conn).await?;
+    for i in 0..args.commits {
+        let events = session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.clone()), None)?;
+        let mut commit =
+            Commit::new(key.clone(), Fence::Owner { instance: INSTANCE.into(), epoch: 1, n: i as u64 + 1 }, INSTANCE);
+        commit.state = Some(StateWrite { doc: serde_json::to_string(&session)?, status: session.status().as_str() });
+        let appended = match session.conversation_change() {
+            ConversationChange::Append(m) => encoded_messages(m)?,
+            _ => Vec::new(),
+        };
+        commit.messages = MessagesWrite::Append(appended);
+        commit.events = events
+            .into_iter()
+            .map(|kind| serde_json::to_string(&Event { kind, agent: main.clone(), ts: 0 }))
+            .collect::<std::result::Result<_, _>>()?;
+        sent += commit_bytes(&commit);
+        let started = Instant::now();
+        store.sessions.commit(&[commit]).await.remove(0)?;
+        micros.push(started.elapsed().as_secs_f64() * 1e6);
+        session.conversation_saved();
+    }
+    let read = net_input(conn).await? - read_before;
+    let count = args.commits as f64;
+    Ok(Measured {
+        sent_bytes: sent as f64 / count,
+        read_bytes: read as f64 / count,
+        micros: Summary::of(micros).ok_or("no sample")?,
+    })
+}
+
+/// The bytes of a commit's arguments: what `commit.lua` is sent besides
+/// its fixed fields.
+fn commit_bytes(commit: &Commit) -> usize {
+    let state = commit.state.as_ref().map_or(0, |s| s.doc.len() + s.status.len());
+    let messages = match &commit.messages {
+        MessagesWrite::Keep => 0,
+        MessagesWrite::Append(m) | MessagesWrite::Replace(m) => m.iter().map(String::len).sum(),
+    };
+    state + messages + commit.events.iter().map(String::len).sum::<usize>()
+}
+
+async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize, args: &Args) -> Result<Measured> {
+    let key = SessionKey::new("bench", format!("before{n}"));
+    let script = Script::new(OLD_STATE_WRITE);
+    let state = format!("{prefix}{{t:{}:s:{}}}:state", key.tenant, key.id);
+    let lease = format!("{prefix}{{t:{}:s:{}}}:lease", key.tenant, key.id);
+    let events = format!("{prefix}{{t:{}:s:{}}}:events", key.tenant, key.id);
+    let mut session = session(n, args.message_bytes)?;
+    plan(&mut session, args.commits)?;
+    // The old document: the state with the whole conversation in it.
+    let document = |session: &Session| -> Result<String> {
+        let mut doc = serde_json::to_value(session)?;
+        doc["messages"] = serde_json::to_value(session.history().unwrap_or_default())?;
+        Ok(doc.to_string())
+    };
+    let invoke = |mode: &str, version: u64, doc: &str| {
+        let mut call = script.prepare_invoke();
+        call.key(&state)
+            .key(&lease)
+            .key(&events)
+            .arg(mode)
+            .arg(version)
+            .arg(doc)
+            .arg(600_000)
+            .arg("require")
+            .arg(INSTANCE)
+            .arg(10_000);
+        call
+    };
+    redis::cmd("SET").arg(&lease).arg(INSTANCE).arg("PX").arg(600_000).query_async::<()>(conn).await?;
+    let first: i64 = invoke("create", 0, &document(&session)?).invoke_async(conn).await?;
+    let output = "y".repeat(args.message_bytes);
+    let (mut sent, mut micros, mut version) = (0usize, Vec::with_capacity(args.commits), first as u64);
+    let read_before = net_input(conn).await?;
+    for i in 0..args.commits {
+        session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.clone()), None)?;
+        let doc = document(&session)?;
+        sent += doc.len();
+        let started = Instant::now();
+        let written: i64 = invoke("cas", version, &doc).invoke_async(conn).await?;
+        micros.push(started.elapsed().as_secs_f64() * 1e6);
+        if written < 0 {
+            return Err(format!("the old state write answered {written}").into());
+        }
+        version = written as u64;
+    }
+    let read = net_input(conn).await? - read_before;
+    let count = args.commits as f64;
+    Ok(Measured {
+        sent_bytes: sent as f64 / count,
+        read_bytes: read as f64 / count,
+        micros: Summary::of(micros).ok_or("no sample")?,
+    })
+}
+
+/// Redis' count of the bytes it has read from clients.
+async fn net_input(conn: &mut MultiplexedConnection) -> Result<u64> {
+    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await?;
+    let value = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+        .ok_or("no total_net_input_bytes in INFO stats")?;
+    Ok(value.trim().parse()?)
+}
+
+async fn redis_version(conn: &mut MultiplexedConnection) -> Result<String> {
+    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+    Ok(info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("unknown").trim().to_string())
+}
+
+async fn delete_prefix(conn: &mut MultiplexedConnection, prefix: &str) -> Result<usize> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await?;
+    for key in &keys {
+        redis::cmd("DEL").arg(key).query_async::<()>(conn).await?;
+    }
+    Ok(keys.len())
+}
