@@ -17,6 +17,7 @@
 //! same 404.
 
 mod commands;
+mod commit;
 mod conversation;
 mod history;
 pub mod hub;
@@ -33,23 +34,23 @@ use async_trait::async_trait;
 use dashmap::DashMap;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tracing::Instrument as _;
 
+use self::{
+    commit::{decode, fence_of, state_write},
+    run::Running,
+    writer::Writer,
+};
 pub use self::{
     history::FindError,
     hub::{EventHub, FollowItem},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
 };
-use self::{run::Running, writer::Writer};
 use crate::{
     auth::Principal,
     config::Config,
-    domain::{AgentRef, ChatMessage, Event, EventKind, Refused, Session, SessionOptions, SessionSpec, now_ms},
-    store::{
-        Commit, CommitError, Committed, Conflict, Fence, Notice, OwnerChange, Record, SessionKey, StateWrite, Store,
-        StoreError,
-    },
+    domain::{AgentRef, Event, EventKind, Refused, Session, SessionOptions, SessionSpec, now_ms},
+    store::{Commit, Fence, Notice, Record, SessionKey, Store, StoreError},
     telemetry::{attributes as attr, metrics::Metrics, trace},
 };
 
@@ -350,141 +351,6 @@ impl Sessions {
         Ok(self.inner.hub.follow(key, after, !session.status().is_active()).await)
     }
 
-    /// Commits `session`'s transition (its `events`) made by a request on
-    /// `record`, taking the session to run it here, and starts the runner.
-    /// While draining, the session is committed without an owner instead,
-    /// for another replica to take at once. The turn's span links to the
-    /// trace `link` names (the turn before, maybe on another replica).
-    /// Returns the cursor before the events.
-    async fn activate(
-        &self,
-        key: &SessionKey,
-        record: Option<&Record>,
-        mut session: Session,
-        events: Vec<EventKind>,
-        link: Option<String>,
-    ) -> Result<u64, SessionError> {
-        if !self.hold_slot(key, true).await? {
-            self.inner.metrics.rate_limit(&key.tenant, "limited_sessions");
-            return Err(SessionError::RateLimited {
-                message: "the tenant's limit of concurrently running sessions is reached".into(),
-                retry_after_secs: self.inner.config.store.lease_ttl.as_secs().max(1),
-            });
-        }
-        let fence = match record {
-            Some(record) => fence_of(record),
-            None => Fence::Absent,
-        };
-        let draining = self.inner.drain.is_cancelled();
-        let mut commit = self.session_commit(key, fence, &session, &events)?;
-        commit.owner = if draining { OwnerChange::Release } else { OwnerChange::Acquire(self.instance().to_string()) };
-        commit.open_relays = session.live_relays();
-        commit.turn_start = true;
-        let committed = self.commit_one(commit).await?;
-        session.conversation_saved();
-        if !draining {
-            self.spawn_runner(key.clone(), session, committed, None, link);
-        }
-        Ok(committed.first_seq - 1)
-    }
-
-    /// A commit of `session` as it stands (state, new messages) and `events`.
-    fn session_commit(
-        &self,
-        key: &SessionKey,
-        fence: Fence,
-        session: &Session,
-        events: &[EventKind],
-    ) -> Result<Commit, SessionError> {
-        self.observe(events);
-        let mut commit = Commit::new(key.clone(), fence, self.instance());
-        commit.state = Some(state_write(session)?);
-        commit.messages = messages_write(session)?;
-        commit.events = events.iter().map(|kind| encode_event(kind.clone())).collect::<Result<_, _>>()?;
-        Ok(commit)
-    }
-
-    async fn commit_one(&self, commit: Commit) -> Result<Committed, SessionError> {
-        let result = self.inner.store.sessions.commit(std::slice::from_ref(&commit)).await.into_iter().next();
-        match result {
-            Some(Ok(committed)) => Ok(committed),
-            Some(Err(CommitError::Conflict(Conflict::Exists))) => {
-                Err(SessionError::Conflict("a session with this id already exists".into()))
-            }
-            Some(Err(CommitError::Conflict(_))) => {
-                Err(SessionError::Conflict("the session was changed by another request; reload it".into()))
-            }
-            Some(Err(CommitError::Store(e))) => Err(e.into()),
-            None => Err(StoreError::Corrupt("the store answered no commit".into()).into()),
-        }
-    }
-
-    /// Hands a session this instance now owns (tenure `committed.epoch`)
-    /// to the runner, in an `invoke_agent` span: a child of the current span
-    /// (the request that started or resumed the turn; none for a takeover),
-    /// linked to the trace `link` names.
-    fn spawn_runner(
-        &self,
-        key: SessionKey,
-        session: Session,
-        committed: Committed,
-        takeover: Option<ownership::Takeover>,
-        link: Option<String>,
-    ) {
-        let span = tracing::info_span!(
-            "invoke_agent",
-            { attr::OTEL_NAME } = format!("{} {}", attr::OPERATION_INVOKE_AGENT, attr::AGENT_NAME),
-            { attr::GEN_AI_OPERATION_NAME } = attr::OPERATION_INVOKE_AGENT,
-            { attr::GEN_AI_AGENT_NAME } = attr::AGENT_NAME,
-            { attr::GEN_AI_AGENT_ID } = "main",
-            { attr::GEN_AI_CONVERSATION_ID } = &*key.id,
-            { attr::GEN_AI_REQUEST_MODEL } = session.model(),
-            { attr::SESSION_ID } = &*key.id,
-            { attr::TENANT } = &*key.tenant,
-            { attr::REPLICA } = &self.inner.replica,
-            { attr::DIALECT } = session.dialect(),
-            { attr::TURN } = i64::from(session.turn()),
-            { attr::TRACE_ID } = tracing::field::Empty,
-        );
-        if let Some(link) = &link {
-            trace::link_to(&span, link);
-        }
-        if let Some(trace_id) = trace::trace_id(&span) {
-            span.record(attr::TRACE_ID, trace_id);
-        }
-        if takeover.is_some() {
-            self.inner.metrics.takeovers.inc();
-        }
-        let running = Running::new(self.inner.shutdown.child_token(), committed.epoch);
-        self.inner.running.insert(key.clone(), running.clone());
-        let sessions = self.clone();
-        let metrics = self.inner.metrics.clone();
-        self.inner.tasks.spawn(
-            async move {
-                let _running = metrics.running_session();
-                let notifications = sessions.inner.store.notifications.clone();
-                // Decisions, cancels and takeovers elsewhere arrive as wake-ups.
-                if let Err(e) = notifications.watch(&key).await {
-                    tracing::warn!(session = %key.id, error = %e, "cannot watch for wake-ups");
-                }
-                let pipe = sessions.inner.writer.open(key.clone(), committed.epoch).await;
-                let (from, continuation) = match takeover {
-                    Some(t) => {
-                        if t.cancel {
-                            running.stop(Stop::Cancel);
-                        }
-                        (Some(t.from), t.continuation)
-                    }
-                    None => (None, None),
-                };
-                let handle = RunHandle::new(sessions.clone(), key.clone(), session, pipe, running, from, continuation);
-                sessions.inner.runner.run(handle).await;
-                let _ = notifications.unwatch(&key).await;
-            }
-            .instrument(span),
-        );
-    }
-
     /// The session and its record if `principal` may see it. The request's
     /// span gets the session id and a link to the session's trace (its
     /// last turn may have started on another replica, in another trace).
@@ -569,11 +435,6 @@ impl Sessions {
         &self.inner.store
     }
 
-    /// The seq of the newest event in the session's log.
-    pub async fn last_seq(&self, principal: &Principal, id: &str) -> Result<u64, SessionError> {
-        Ok(self.get(principal, id).await?.last_seq)
-    }
-
     /// Simulates a crash (tests): stops everything without handing sessions off.
     pub fn halt(&self) {
         self.inner.halted.store(true, Ordering::SeqCst);
@@ -597,54 +458,4 @@ pub(crate) fn main_agent() -> AgentRef {
 
 pub(crate) fn stamp(kind: EventKind, agent: AgentRef) -> Event {
     Event { kind, agent, ts: now_ms() }
-}
-
-/// The fence of a command on a session as `record` was read.
-fn fence_of(record: &Record) -> Fence {
-    Fence::Unchanged {
-        version: record.version,
-        owner: record.owner.clone(),
-        epoch: record.epoch,
-        last_seq: record.last_seq,
-    }
-}
-
-fn state_write(session: &Session) -> Result<StateWrite, SessionError> {
-    let doc = serde_json::to_string(session).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    Ok(StateWrite { doc, status: session.status().as_str() })
-}
-
-fn messages_write(session: &Session) -> Result<crate::store::MessagesWrite, SessionError> {
-    use crate::{domain::ConversationChange, store::MessagesWrite};
-    let encode = |messages: &[ChatMessage]| -> Result<Vec<String>, SessionError> {
-        messages
-            .iter()
-            .map(|m| serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()).into()))
-            .collect()
-    };
-    Ok(match session.conversation_change() {
-        ConversationChange::Unchanged => MessagesWrite::Keep,
-        ConversationChange::Append(messages) => MessagesWrite::Append(encode(messages)?),
-        ConversationChange::Replace(messages) => MessagesWrite::Replace(encode(messages)?),
-    })
-}
-
-fn encode_event(kind: EventKind) -> Result<String, SessionError> {
-    serde_json::to_string(&stamp(kind, main_agent())).map_err(|e| StoreError::Corrupt(e.to_string()).into())
-}
-
-/// The domain session a record holds.
-fn decode(record: &Record) -> Result<Session, SessionError> {
-    let session: Session =
-        serde_json::from_str(&record.doc).map_err(|e| StoreError::Corrupt(format!("session document: {e}")))?;
-    let history = match &record.messages {
-        Some(messages) => Some(
-            messages
-                .iter()
-                .map(|m| serde_json::from_str(m).map_err(|e| StoreError::Corrupt(format!("message: {e}"))))
-                .collect::<Result<Vec<ChatMessage>, StoreError>>()?,
-        ),
-        None => None,
-    };
-    Ok(session.restored(record.message_count as usize, history))
 }

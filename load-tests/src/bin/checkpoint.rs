@@ -4,8 +4,10 @@
 //!
 //! For each conversation length N (`--sizes`), a session is set up with N
 //! messages, then `--commits` checkpoints are written one after the other,
-//! each what a tool result makes: the session's state document, one new
-//! tool message (`--message-bytes` of text) and its `tool_result` event.
+//! each what a tool round makes: a model response calling one tool and the
+//! tool's result (two transitions in one commit): the session's state
+//! document, two new messages (`--message-bytes` of text each) and their
+//! events.
 //!
 //! - **now**: the store's commit (`lua/commit.lua`): the state document,
 //!   the message appended to the conversation list, the event, fenced by
@@ -67,6 +69,18 @@ struct Measured {
     micros: Summary,
 }
 
+impl Measured {
+    /// Totals over the commits `micros` timed, as per-commit figures.
+    fn per_commit(sent: usize, read: u64, micros: Vec<f64>) -> Result<Self> {
+        let count = micros.len().max(1) as f64;
+        Ok(Self {
+            sent_bytes: sent as f64 / count,
+            read_bytes: read as f64 / count,
+            micros: Summary::of(micros).ok_or("no sample")?,
+        })
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match run(Args::parse()).await {
@@ -110,7 +124,7 @@ async fn run(args: Args) -> Result<String> {
     context.write_header(&mut w, "Checkpoint cost against conversation length", &args.redis);
     let _ = writeln!(
         w,
-        "- each checkpoint: the state document, one {} B tool message, one event; {} checkpoints per row, one at a time\n",
+        "- each checkpoint: a tool round (a model response calling one tool, and its result): the state document, two {} B messages and their events; {} checkpoints per row, one at a time; the conversation grows by two messages per checkpoint\n",
         args.message_bytes, args.commits
     );
     let _ = writeln!(
@@ -157,14 +171,19 @@ fn session(n: usize, message_bytes: usize) -> Result<Session> {
     Ok(session)
 }
 
-/// A step that calls `calls` tools, so each checkpoint can answer one.
-fn plan(session: &mut Session, calls: usize) -> Result<()> {
-    let calls: Vec<ToolCall> = (0..calls)
-        .map(|i| ToolCall { id: format!("c{i}"), name: "lookup".into(), arguments: r#"{"id":"42"}"#.into() })
-        .collect();
-    let decisions = vec![CallDecision::Run; calls.len()];
-    session.complete_step(StepOutput { calls, ..StepOutput::default() }, decisions, PermissionRules::default())?;
-    Ok(())
+/// Tool round `i`: a model response (`text`) that calls one tool, and the
+/// tool's result (`output`). Returns the events.
+fn tool_round(
+    session: &mut Session,
+    i: usize,
+    text: &str,
+    output: &str,
+) -> Result<Vec<switchboard::domain::EventKind>> {
+    let call = ToolCall { id: format!("c{i}"), name: "lookup".into(), arguments: r#"{"id":"42"}"#.into() };
+    let step = StepOutput { text: text.to_string(), calls: vec![call], ..StepOutput::default() };
+    let mut events = session.complete_step(step, vec![CallDecision::Run], PermissionRules::default())?;
+    events.extend(session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.to_string()), None)?);
+    Ok(events)
 }
 
 fn encoded_messages(messages: &[ChatMessage]) -> Result<Vec<String>> {
@@ -174,19 +193,18 @@ fn encoded_messages(messages: &[ChatMessage]) -> Result<Vec<String>> {
 async fn measure_now(store: &Store, conn: &mut MultiplexedConnection, n: usize, args: &Args) -> Result<Measured> {
     let key = SessionKey::new("bench", format!("now{n}"));
     let mut session = session(n, args.message_bytes)?;
-    plan(&mut session, args.commits)?;
     let mut create = Commit::new(key.clone(), Fence::Absent, INSTANCE);
     create.owner = OwnerChange::Acquire(INSTANCE.into());
     create.state = Some(StateWrite { doc: serde_json::to_string(&session)?, status: session.status().as_str() });
     create.messages = MessagesWrite::Append(encoded_messages(session.history().unwrap_or_default())?);
     store.sessions.commit(&[create]).await.remove(0)?;
     session.conversation_saved();
-    let output = "y".repeat(args.message_bytes);
+    let (text, output) = ("z".repeat(args.message_bytes), "y".repeat(args.message_bytes));
     let main = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
     let (mut sent, mut micros) = (0usize, Vec::with_capacity(args.commits));
     let read_before = net_input(conn).await?;
     for i in 0..args.commits {
-        let events = session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.clone()), None)?;
+        let events = tool_round(&mut session, i, &text, &output)?;
         let mut commit =
             Commit::new(key.clone(), Fence::Owner { instance: INSTANCE.into(), epoch: 1, n: i as u64 + 1 }, INSTANCE);
         commit.state = Some(StateWrite { doc: serde_json::to_string(&session)?, status: session.status().as_str() });
@@ -205,13 +223,7 @@ async fn measure_now(store: &Store, conn: &mut MultiplexedConnection, n: usize, 
         micros.push(started.elapsed().as_secs_f64() * 1e6);
         session.conversation_saved();
     }
-    let read = net_input(conn).await? - read_before;
-    let count = args.commits as f64;
-    Ok(Measured {
-        sent_bytes: sent as f64 / count,
-        read_bytes: read as f64 / count,
-        micros: Summary::of(micros).ok_or("no sample")?,
-    })
+    Measured::per_commit(sent, net_input(conn).await? - read_before, micros)
 }
 
 /// The bytes of a commit's arguments: what `commit.lua` is sent besides
@@ -232,7 +244,6 @@ async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize
     let lease = format!("{prefix}{{t:{}:s:{}}}:lease", key.tenant, key.id);
     let events = format!("{prefix}{{t:{}:s:{}}}:events", key.tenant, key.id);
     let mut session = session(n, args.message_bytes)?;
-    plan(&mut session, args.commits)?;
     // The old document: the state with the whole conversation in it.
     let document = |session: &Session| -> Result<String> {
         let mut doc = serde_json::to_value(session)?;
@@ -255,11 +266,11 @@ async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize
     };
     redis::cmd("SET").arg(&lease).arg(INSTANCE).arg("PX").arg(600_000).query_async::<()>(conn).await?;
     let first: i64 = invoke("create", 0, &document(&session)?).invoke_async(conn).await?;
-    let output = "y".repeat(args.message_bytes);
+    let (text, output) = ("z".repeat(args.message_bytes), "y".repeat(args.message_bytes));
     let (mut sent, mut micros, mut version) = (0usize, Vec::with_capacity(args.commits), first as u64);
     let read_before = net_input(conn).await?;
     for i in 0..args.commits {
-        session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.clone()), None)?;
+        tool_round(&mut session, i, &text, &output)?;
         let doc = document(&session)?;
         sent += doc.len();
         let started = Instant::now();
@@ -270,13 +281,7 @@ async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize
         }
         version = written as u64;
     }
-    let read = net_input(conn).await? - read_before;
-    let count = args.commits as f64;
-    Ok(Measured {
-        sent_bytes: sent as f64 / count,
-        read_bytes: read as f64 / count,
-        micros: Summary::of(micros).ok_or("no sample")?,
-    })
+    Measured::per_commit(sent, net_input(conn).await? - read_before, micros)
 }
 
 /// Redis' count of the bytes it has read from clients.

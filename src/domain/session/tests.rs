@@ -1,7 +1,10 @@
 //! One test per transition and per refused transition.
 
 use super::*;
-use crate::domain::events::TurnEndReason;
+use crate::domain::{
+    ApprovalMode, ChatMessage, EventKind, FailureCode, PermissionRules, Role, SessionOptions, ToolCall, ToolOutcome,
+    ToolStatus, TurnEndReason, Usage,
+};
 
 fn spec(approval: ApprovalMode) -> SessionSpec {
     SessionSpec {
