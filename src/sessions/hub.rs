@@ -123,9 +123,20 @@ impl EventHub {
             let created = entry.followers.fetch_add(1, Ordering::SeqCst) == 0;
             (entry.clone(), created)
         };
-        if created && let Err(e) = self.inner.store.notifications.watch(key).await {
-            // Followers still get events appended here, and re-read on gaps.
-            tracing::warn!(session = %key.id, error = %e, "cannot watch session; live events from other replicas may be late");
+        if created {
+            // Subscribed first, then registered (commits announce their
+            // events from then on), then the follower's first read: nothing
+            // committed in between is missed.
+            let notifications = &self.inner.store.notifications;
+            let watched = notifications.watch(key).await;
+            let registered = match watched {
+                Ok(()) => notifications.follow(key, &self.inner.instance, true).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = registered {
+                // Followers still get events committed here, and re-read on gaps.
+                tracing::warn!(session = %key.id, error = %e, "cannot follow session; live events from other replicas may be late");
+            }
         }
         feed
     }
@@ -352,7 +363,9 @@ impl FeedGuard {
         if self.feed.followers.fetch_sub(1, Ordering::SeqCst) == 1 {
             let removed = self.hub.inner.feeds.remove_if(&self.key, |_, f| f.followers.load(Ordering::SeqCst) == 0);
             if removed.is_some() {
-                let _ = self.hub.inner.store.notifications.unwatch(&self.key).await;
+                let notifications = &self.hub.inner.store.notifications;
+                let _ = notifications.follow(&self.key, &self.hub.inner.instance, false).await;
+                let _ = notifications.unwatch(&self.key).await;
             }
         }
     }

@@ -57,6 +57,8 @@ struct Inner {
     relays: HashMap<String, SessionKey>,
     /// Watch counts.
     watched: HashMap<SessionKey, usize>,
+    /// Follow counts by instance (see `Notifications::follow`).
+    followers: HashMap<SessionKey, HashMap<String, usize>>,
 }
 
 /// One session's records, as the Redis hash, list and stream hold them.
@@ -203,7 +205,9 @@ impl MemoryStore {
         let committed = Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq };
         let (owner, active) = (s.owner.clone(), matches!(s.status.as_str(), "running" | "awaiting_relay"));
         let watched = inner.watched.contains_key(&commit.key);
-        if watched && !commit.events.is_empty() {
+        let followed_elsewhere =
+            inner.followers.get(&commit.key).is_some_and(|by| by.keys().any(|instance| *instance != commit.by));
+        if watched && followed_elsewhere && !commit.events.is_empty() {
             notices.push(Notice::Appended {
                 key: commit.key.clone(),
                 last_seq: committed.last_seq,
@@ -401,6 +405,24 @@ impl Notifications for MemoryStore {
             *count -= 1;
             if *count == 0 {
                 inner.watched.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        if !inner.sessions.contains_key(key) {
+            return Ok(());
+        }
+        let counts = inner.followers.entry(key.clone()).or_default();
+        let count = counts.entry(instance.to_string()).or_default();
+        if following {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(instance);
             }
         }
         Ok(())

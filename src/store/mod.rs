@@ -369,6 +369,13 @@ pub trait Notifications: Send + Sync {
     /// Start hearing about `key` (counted: `watch` twice needs `unwatch` twice).
     async fn watch(&self, key: &SessionKey) -> Result<(), StoreError>;
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError>;
+
+    /// `instance` follows `key` (`true`) or stops one follow (`false`;
+    /// counted, each start has its stop): a commit announces its events
+    /// ([`Notice::Appended`]) only while some instance other than the
+    /// committing one follows. An instance that dies following leaves
+    /// announcements on (harmless: never a missing one).
+    async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError>;
 }
 
 /// The answer to one rate-limited request.

@@ -8,6 +8,8 @@
 //!   `ep`, `cn`, `seq`, `ck`, `nm`, `r:<relay_id>`, `cancel` (`lua/commit.lua`)
 //! - `{prefix}{t:<tenant>:s:<id>}:msgs` — list, the conversation (JSON each)
 //! - `{prefix}{t:<tenant>:s:<id>}:events` — stream, entry `0-<seq>`, field `e`
+//! - `{prefix}{t:<tenant>:s:<id>}:followers` — hash: instances following the
+//!   session elsewhere (`fw`, `f:<instance>`; `lua/follow.lua`)
 //! - `{prefix}replicas` — zset instance → heartbeat deadline (server ms)
 //! - `{prefix}owned:<instance>` — set of `tenant/id` the instance owns
 //! - `{prefix}orphans` — set of `tenant/id`: active, owned by nobody
@@ -15,7 +17,8 @@
 //! - `{prefix}rl:<tenant>` — GCRA arrival time; `{prefix}slots:<tenant>` — zset of
 //!   running sessions → deadline; `{prefix}tpm:<tenant>:<minute>` — tokens used
 //! - channel `{prefix}n:<tenant>/<id>` — `e:<last_seq>:<instance>` after
-//!   commits with events, `w` wakes; channel `{prefix}orphans` — `o`
+//!   commits with events while another instance follows, `w` wakes;
+//!   channel `{prefix}orphans` — `o`
 //!
 //! Every conditional write is one Lua script (`lua/*.lua`), because a
 //! check-then-write from the client would race with other replicas; a script
@@ -64,6 +67,7 @@ struct Scripts {
     replicas_dead: Script,
     forget_replica: Script,
     read_after: Script,
+    follow: Script,
     rate_gcra: Script,
     slot_acquire: Script,
     tokens_take: Script,
@@ -79,6 +83,7 @@ impl Scripts {
             replicas_dead: Script::new(include_str!("lua/replicas_dead.lua")),
             forget_replica: Script::new(include_str!("lua/forget_replica.lua")),
             read_after: Script::new(include_str!("lua/read_after.lua")),
+            follow: Script::new(include_str!("lua/follow.lua")),
             rate_gcra: Script::new(include_str!("lua/rate_gcra.lua")),
             slot_acquire: Script::new(include_str!("lua/slot_acquire.lua")),
             tokens_take: Script::new(include_str!("lua/tokens_take.lua")),
@@ -103,6 +108,9 @@ impl Keys {
     }
     fn events(&self, key: &SessionKey) -> String {
         self.session(key, "events")
+    }
+    fn followers(&self, key: &SessionKey) -> String {
+        self.session(key, "followers")
     }
     fn replicas(&self) -> String {
         format!("{}replicas", self.prefix)
@@ -208,6 +216,20 @@ impl Notifications for RedisStore {
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError> {
         self.subscriber.unwatch(self.keys.channel(key)).await
     }
+
+    async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {
+        let _: i64 = self
+            .scripts
+            .follow
+            .key(self.keys.state(key))
+            .key(self.keys.followers(key))
+            .arg(instance)
+            .arg(if following { "1" } else { "0" })
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -244,6 +266,7 @@ mod tests {
         assert_eq!(keys.state(&key), "sb:{t:acme:s:s1}:state");
         assert_eq!(keys.messages(&key), "sb:{t:acme:s:s1}:msgs");
         assert_eq!(keys.events(&key), "sb:{t:acme:s:s1}:events");
+        assert_eq!(keys.followers(&key), "sb:{t:acme:s:s1}:followers");
         assert_eq!(keys.replicas(), "sb:replicas");
         assert_eq!(keys.owned("a#1"), "sb:owned:a#1");
         assert_eq!(keys.relay("r1"), "sb:relay:r1");

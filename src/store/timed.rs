@@ -157,6 +157,10 @@ impl<B: Notifications> Notifications for Timed<B> {
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError> {
         self.time("notifications.unwatch", self.inner.unwatch(key)).await
     }
+
+    async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {
+        self.time("notifications.follow", self.inner.follow(key, instance, following)).await
+    }
 }
 
 #[async_trait]

@@ -4,6 +4,7 @@
 -- hash tag), so it runs unchanged on Redis Cluster.
 --
 -- KEYS[1] state hash   KEYS[2] messages list   KEYS[3] event stream
+-- KEYS[4] followers hash (lua/follow.lua)
 -- ARGV[1]  fence: "absent" | "unchanged" | "owner"
 -- ARGV[2]  unchanged: version                    owner: -
 -- ARGV[3]  unchanged / owner: epoch
@@ -25,7 +26,8 @@
 -- ""), ep (epoch), cn (commit number within the epoch), seq (last event
 -- seq), ck (seq at the last document write), ts (seq before the current
 -- turn's first event), lo (the last owner), nm (messages), r:<relay id>
--- ("1" = undecided, else the decision), cancel.
+-- ("1" = undecided, else the decision), cancel. Followers hash: fw (how
+-- many instances follow) and f:<instance> (lua/follow.lua).
 --
 -- Event ids are "0-<seq>" with seq taken from the hash, so the log and the
 -- state always agree on it, whatever was trimmed.
@@ -130,10 +132,16 @@ if ARGV[8] ~= '' or change ~= 'keep' then
   redis.call('PEXPIRE', h, ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
 end
 
+-- Followers on the committing instance get the events from memory; those
+-- on other instances (lua/follow.lua registers them) hear of them here.
 if nev > 0 then
-  redis.call('PUBLISH', ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
+  local f = redis.call('HMGET', KEYS[4], 'fw', 'f:' .. ARGV[19])
+  if tonumber(f[1] or '0') - (f[2] and 1 or 0) > 0 then
+    redis.call('PUBLISH', ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
+  end
 end
 -- The instance that ran it until now (if alive) learns it lost it.
 if change == 'acquire' and previous ~= '' and previous ~= own then

@@ -38,6 +38,7 @@ async fn the_subscription_reconnects_resubscribes_and_announces_it() {
     let k = key("acme", "s1");
     let tenure = create_owned(&h.store, &k, "a").await;
     h.store.notifications.watch(&k).await.unwrap();
+    h.store.notifications.follow(&k, "b", true).await.unwrap();
 
     proxy.cut_connections();
     // Nothing else was published meanwhile, so the first notice is this one.
