@@ -24,10 +24,8 @@ use axum::{
     http::HeaderValue,
     response::{IntoResponse, Response},
 };
-use futures::StreamExt;
+use futures::{StreamExt, stream::BoxStream};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use self::request::{ChatRequest, check_calls_answered, parse_history};
 use super::stream;
@@ -212,9 +210,9 @@ async fn respond(
 
 /// The frames as SSE, with keep-alives. A pause is indexed before its
 /// `approval_required` frame leaves, so the client cannot resume too early.
-fn stream_response(state: &AppState, principal: Principal, id: String, frames: mpsc::Receiver<Frame>) -> Response {
+fn stream_response(state: &AppState, principal: Principal, id: String, frames: BoxStream<'static, Frame>) -> Response {
     let sessions = state.sessions.clone();
-    let events = ReceiverStream::new(frames).then(move |frame| {
+    let events = frames.then(move |frame| {
         let (sessions, principal, id) = (sessions.clone(), principal.clone(), id.clone());
         async move {
             if frame.event.as_deref() == Some("approval_required") {
@@ -246,12 +244,12 @@ async fn answer(
     state: &AppState,
     principal: &Principal,
     id: &str,
-    mut frames: mpsc::Receiver<Frame>,
+    mut frames: BoxStream<'static, Frame>,
 ) -> Result<Response, ApiError> {
     let mut tool_calls = Vec::new();
     let mut error = None;
     let mut end = None;
-    while let Some(frame) = frames.recv().await {
+    while let Some(frame) = frames.next().await {
         let data: Value = serde_json::from_str(&frame.data).unwrap_or(Value::Null);
         match frame.event.as_deref() {
             Some("tool_calling_result") if data["result"]["status"] != "approval_required" => {

@@ -7,7 +7,7 @@
 //! `event: reconnect`), so clients reconnect to another replica with
 //! `Last-Event-ID` or `?after=`.
 
-use std::convert::Infallible;
+use std::{collections::VecDeque, convert::Infallible};
 
 use axum::{
     body::Body,
@@ -18,24 +18,21 @@ use axum::{
     },
 };
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use futures::{Stream, StreamExt, stream::BoxStream};
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::AppState,
     auth::Principal,
     protocol::{Encoder, EventKind, Frame, LogEvent, Transport},
-    sessions::FollowItem,
+    sessions::{FollowItem, Follower, Sessions},
+    telemetry::metrics::StreamGuard,
 };
 
 /// The keep-alive line of NDJSON streams, for idle time (a relay wait):
 /// proxies close connections that stay silent. A JSON object with a `type`
 /// of its own, which line-based consumers skip like any type they do not map.
 const NDJSON_HEARTBEAT: &[u8] = b"{\"type\":\"heartbeat\"}\n";
-
-/// Frames buffered between the encoding task and the HTTP body.
-const FRAME_BUFFER: usize = 64;
 
 /// Streams `follower` through `encoder`, in the encoder's transport. The
 /// session is re-read at the end, and at a `step_restarted`, only for
@@ -44,15 +41,13 @@ pub fn stream(
     state: &AppState,
     principal: Principal,
     session_id: String,
-    follower: mpsc::Receiver<FollowItem>,
+    follower: Follower,
     encoder: Box<dyn Encoder>,
 ) -> Response {
     let (transport, headers) = (encoder.transport(), encoder.headers());
     let frames = encode(state, principal, session_id, follower, encoder);
     let mut response = match transport {
-        Transport::Sse => {
-            respond(state, ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(sse_event(frame))))
-        }
+        Transport::Sse => respond(state, frames.map(|frame| Ok::<_, Infallible>(sse_event(frame)))),
         Transport::Ndjson => ndjson(state, frames),
     };
     for (name, value) in headers {
@@ -61,75 +56,111 @@ pub fn stream(
     response
 }
 
-/// Runs the encoder in a task of its own (owned by the app's tracker) and
-/// returns its frames. Ends when the follower ends, the client goes away, or
+/// The encoder's frames for `follower`'s events, as a stream the response
+/// body drives: no task and no channel of its own per client. Ends when the
+/// follower ends, when the client goes away (the body is dropped), or when
 /// the replica drains (after the encoder's rejoin frames).
 pub fn encode(
     state: &AppState,
     principal: Principal,
     session_id: String,
-    mut follower: mpsc::Receiver<FollowItem>,
-    mut encoder: Box<dyn Encoder>,
-) -> mpsc::Receiver<Frame> {
-    let (tx, rx) = mpsc::channel(FRAME_BUFFER);
-    let sessions = state.sessions.clone();
-    let draining = state.sessions.draining().clone();
-    let shutdown = state.shutdown.clone();
-    let open = state.metrics.open_stream(encoder.dialect());
-    state.tasks.spawn(async move {
-        let _open = open;
-        let send_all = |frames: Vec<Frame>| {
-            let tx = tx.clone();
-            async move {
-                for frame in frames {
-                    if tx.send(frame).await.is_err() {
-                        return false;
-                    }
-                }
-                true
-            }
-        };
+    follower: Follower,
+    encoder: Box<dyn Encoder>,
+) -> BoxStream<'static, Frame> {
+    let encoding = Encoding {
+        _open: state.metrics.open_stream(encoder.dialect()),
+        follower,
+        encoder,
+        sessions: state.sessions.clone(),
+        principal,
+        session_id,
+        draining: state.sessions.draining().clone(),
+        shutdown: state.shutdown.clone(),
+        pending: VecDeque::new(),
+        ended: false,
+    };
+    futures::stream::unfold(encoding, |mut encoding| async move {
+        let frame = encoding.next_frame().await?;
+        Some((frame, encoding))
+    })
+    .boxed()
+}
+
+/// One stream's encoding state, driven by the response body.
+struct Encoding {
+    /// Counts the stream as open while it lives.
+    _open: StreamGuard,
+    follower: Follower,
+    encoder: Box<dyn Encoder>,
+    sessions: Sessions,
+    principal: Principal,
+    session_id: String,
+    draining: CancellationToken,
+    shutdown: CancellationToken,
+    /// Frames encoded and not yet sent.
+    pending: VecDeque<Frame>,
+    ended: bool,
+}
+
+impl Encoding {
+    /// What wakes it: the follower's next item, the replica draining, or
+    /// shutdown.
+    async fn next_frame(&mut self) -> Option<Frame> {
         loop {
+            if let Some(frame) = self.pending.pop_front() {
+                return Some(frame);
+            }
+            if self.ended {
+                return None;
+            }
             let item = tokio::select! {
-                item = follower.recv() => item,
-                () = tx.closed() => return,
-                () = draining.cancelled() => {
-                    send_all(encoder.reconnect()).await;
-                    return;
+                item = self.follower.next() => item,
+                () = self.draining.cancelled() => {
+                    self.ended = true;
+                    self.pending.extend(self.encoder.reconnect());
+                    continue;
                 }
-                () = shutdown.cancelled() => return,
+                () = self.shutdown.cancelled() => return None,
             };
             let frames = match item {
-                None => break,
-                Some(FollowItem::Event(event)) if restarts_main_step(&event) && encoder.wants_history_on_restart() => {
+                None => {
+                    self.ended = true;
+                    self.closing_frames().await
+                }
+                Some(FollowItem::Event(event))
+                    if restarts_main_step(&event) && self.encoder.wants_history_on_restart() =>
+                {
                     // Without the stored session (a store error), the
                     // dialect's plain restart frames: the stream goes on.
-                    match sessions.get_with_history(&principal, &session_id).await {
-                        Ok(view) => encoder.restarted(&event, &view.session),
-                        Err(_) => encoder.encode(&event),
+                    match self.sessions.get_with_history(&self.principal, &self.session_id).await {
+                        Ok(view) => self.encoder.restarted(&event, &view.session),
+                        Err(_) => self.encoder.encode(&event),
                     }
                 }
-                Some(FollowItem::Event(event)) => encoder.encode(&event),
+                Some(FollowItem::Event(event)) => self.encoder.encode(&event),
                 Some(FollowItem::RecoveryFailed { .. }) => {
-                    encoder.failure("recovery_failed", "events after the cursor are no longer retained")
+                    self.encoder.failure("recovery_failed", "events after the cursor are no longer retained")
                 }
                 Some(FollowItem::Failed(e)) => {
-                    encoder.failure(e.code(), "the event stream failed; reconnect with Last-Event-ID")
+                    self.encoder.failure(e.code(), "the event stream failed; reconnect with Last-Event-ID")
                 }
             };
-            if !send_all(frames).await {
-                return;
-            }
+            self.pending.extend(frames);
         }
-        if encoder.wants_finish()
-            && let Ok(view) = sessions.get_with_history(&principal, &session_id).await
-            && !send_all(encoder.finish(&view.session)).await
+    }
+
+    /// The frames after the last event: the encoder's finish (with the
+    /// stored session, for encoders that want it), then its close.
+    async fn closing_frames(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        if self.encoder.wants_finish()
+            && let Ok(view) = self.sessions.get_with_history(&self.principal, &self.session_id).await
         {
-            return;
+            frames.extend(self.encoder.finish(&view.session));
         }
-        send_all(encoder.close()).await;
-    });
-    rx
+        frames.extend(self.encoder.close());
+        frames
+    }
 }
 
 /// A `step_restarted` of the main agent: the takeover voided the partial
@@ -170,12 +201,12 @@ pub fn respond(
 
 /// An NDJSON response: each frame's `data` and a newline; after
 /// `server.heartbeat_secs` without a frame, a heartbeat line.
-fn ndjson(state: &AppState, frames: mpsc::Receiver<Frame>) -> Response {
+fn ndjson(state: &AppState, frames: BoxStream<'static, Frame>) -> Response {
     let period = state.config.server.heartbeat;
     let idle = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let lines = futures::stream::unfold((frames, idle), |(mut frames, mut idle)| async move {
         let line = tokio::select! {
-            frame = frames.recv() => {
+            frame = frames.next() => {
                 idle.reset();
                 let mut line = frame?.data.into_bytes();
                 line.push(b'\n');

@@ -8,10 +8,8 @@
 //! replica's single subscription; the hub then reads the missing range once
 //! and broadcasts it to every local follower of that session. Notices of
 //! this instance's own commits are ignored: those were broadcast from memory
-//! already. A follower
-//! subscribes to its feed, replays from the store after its cursor, and then
-//! takes live events, skipping seqs it already has and re-reading the store
-//! when it sees a gap (a lagged broadcast, a missed notice).
+//! already. A [`Follower`] (`follower.rs`) subscribes to its feed, replays
+//! from the store after its cursor, and then takes live events.
 
 use std::sync::{
     Arc,
@@ -22,18 +20,18 @@ use dashmap::DashMap;
 use tokio::sync::{Mutex, broadcast, mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+pub use super::follower::Follower;
 use crate::{
     domain::{Event, EventKind, LogEvent},
     store::{LogRange, Notice, SessionKey, Store, StoreError},
 };
 
 /// Live events buffered per followed session; a slower follower lags and
-/// re-reads from the store.
-const FEED_CAPACITY: usize = 256;
+/// re-reads from the store. Allocated with the feed: small, so a session
+/// costs little while it is followed.
+const FEED_CAPACITY: usize = 64;
 /// Events per store read during replay.
 pub const REPLAY_PAGE: usize = 500;
-/// Events buffered between a follower task and its HTTP stream.
-const FOLLOWER_BUFFER: usize = 64;
 
 /// What a follower yields.
 #[derive(Debug, Clone)]
@@ -48,8 +46,8 @@ pub enum FollowItem {
 }
 
 /// Live state of one followed session on this replica.
-struct Feed {
-    tx: broadcast::Sender<Arc<LogEvent>>,
+pub(super) struct Feed {
+    pub(super) tx: broadcast::Sender<Arc<LogEvent>>,
     /// Highest seq broadcast; `None` until the first follower has read the
     /// log once (a fill before that would read the whole log).
     last_seq: Mutex<Option<u64>>,
@@ -88,26 +86,12 @@ impl EventHub {
         hub
     }
 
-    /// Follows the session's log after `after`: replays what is stored, then
-    /// live events. Ends after an event that ends a stream (pause, turn end)
-    /// once the follower is caught up, or, if `idle` (the session was not
-    /// running when the follow began) and nothing follows the cursor, at once.
-    pub async fn follow(&self, key: SessionKey, after: u64, idle: bool) -> mpsc::Receiver<FollowItem> {
-        let (out, rx) = mpsc::channel(FOLLOWER_BUFFER);
+    /// Follows the session's log after `after` (see [`Follower`]); `idle`:
+    /// the session was not running when the follow began.
+    pub async fn follow(&self, key: SessionKey, after: u64, idle: bool) -> Follower {
         let feed = self.feed(&key).await;
-        let subscription = feed.tx.subscribe();
-        let hub = self.clone();
-        let shutdown = self.inner.shutdown.clone();
-        self.inner.tasks.spawn(async move {
-            let guard = FeedGuard { hub: hub.clone(), key: key.clone(), feed: feed.clone() };
-            tokio::select! {
-                () = hub.run_follower(&key, &feed, subscription, after, idle, &out) => {}
-                () = out.closed() => {}
-                () = shutdown.cancelled() => {}
-            }
-            guard.release().await;
-        });
-        rx
+        let live = feed.tx.subscribe();
+        Follower::new(self.clone(), key, feed, live, after, idle)
     }
 
     /// The feed of `key`, created (and the key watched) for its first follower.
@@ -141,103 +125,30 @@ impl EventHub {
         feed
     }
 
-    async fn run_follower(
-        &self,
-        key: &SessionKey,
-        feed: &Feed,
-        mut live: broadcast::Receiver<Arc<LogEvent>>,
-        after: u64,
-        idle: bool,
-        out: &mpsc::Sender<FollowItem>,
-    ) {
-        let mut last = after;
-        // Replay.
-        let mut newest_ends_stream = false;
-        loop {
-            let range = match self.inner.store.log.read_after(key, last, REPLAY_PAGE).await {
-                Ok(range) => range,
-                Err(e) => return drop(out.send(FollowItem::Failed(e)).await),
-            };
-            if last == after && range.last_seq > after && range.first_seq > after + 1 {
-                return drop(out.send(FollowItem::RecoveryFailed { first_seq: range.first_seq }).await);
-            }
-            let full_page = range.events.len() == REPLAY_PAGE;
-            let log_last = range.last_seq;
-            for event in self.decode(key, range) {
-                last = event.seq;
-                newest_ends_stream = event.event.kind.ends_stream();
-                if out.send(FollowItem::Event(event)).await.is_err() {
-                    return;
-                }
-            }
-            if !full_page {
-                self.initialise_feed(key, feed, log_last).await;
-                break;
-            }
-        }
-        if newest_ends_stream || (idle && last == after) {
+    /// A follower of `key` is done with `feed`; the last one out unwatches
+    /// (in a task: it may be called from a drop).
+    pub(super) fn release(&self, key: SessionKey, feed: Arc<Feed>) {
+        if feed.followers.fetch_sub(1, Ordering::SeqCst) != 1 {
             return;
         }
-        // Live.
-        loop {
-            let event = match live.recv().await {
-                Ok(event) => event,
-                Err(broadcast::error::RecvError::Lagged(_)) => match self.catch_up(key, &mut last, out).await {
-                    Some(true) | None => return,
-                    Some(false) => continue,
-                },
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            if event.seq <= last {
-                continue;
-            }
-            if event.seq > last + 1 {
-                match self.catch_up(key, &mut last, out).await {
-                    Some(true) | None => return,
-                    Some(false) => continue,
-                }
-            }
-            last = event.seq;
-            let ends = event.event.kind.ends_stream();
-            if out.send(FollowItem::Event(event)).await.is_err() || ends {
-                return;
-            }
+        let removed = self.inner.feeds.remove_if(&key, |_, f| f.followers.load(Ordering::SeqCst) == 0);
+        if removed.is_none() {
+            return;
         }
+        let (store, instance) = (self.inner.store.clone(), self.inner.instance.clone());
+        self.inner.tasks.spawn(async move {
+            let _ = store.notifications.follow(&key, &instance, false).await;
+            let _ = store.notifications.unwatch(&key).await;
+        });
     }
 
-    /// Reads and sends everything after `last` from the store. `Some(true)`
-    /// when a stream-ending event was sent, `None` when the follower is done.
-    async fn catch_up(&self, key: &SessionKey, last: &mut u64, out: &mpsc::Sender<FollowItem>) -> Option<bool> {
-        loop {
-            let range = match self.inner.store.log.read_after(key, *last, REPLAY_PAGE).await {
-                Ok(range) => range,
-                Err(e) => {
-                    let _ = out.send(FollowItem::Failed(e)).await;
-                    return None;
-                }
-            };
-            if range.first_seq > *last + 1 && range.last_seq > *last {
-                let _ = out.send(FollowItem::RecoveryFailed { first_seq: range.first_seq }).await;
-                return None;
-            }
-            let full_page = range.events.len() == REPLAY_PAGE;
-            for event in self.decode(key, range) {
-                *last = event.seq;
-                let ends = event.event.kind.ends_stream();
-                out.send(FollowItem::Event(event)).await.ok()?;
-                if ends {
-                    return Some(true);
-                }
-            }
-            if !full_page {
-                return Some(false);
-            }
-        }
+    pub(super) async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError> {
+        self.inner.store.log.read_after(key, after, limit).await
     }
 
     /// Sets the feed's position after a follower's first read, then reads once
     /// more so nothing appended in between waits for the next notice.
-    async fn initialise_feed(&self, key: &SessionKey, feed: &Feed, log_last: u64) {
+    pub(super) async fn initialise_feed(&self, key: &SessionKey, feed: &Feed, log_last: u64) {
         {
             let mut last = feed.last_seq.lock().await;
             if last.is_none() {
@@ -263,7 +174,7 @@ impl EventHub {
         }
     }
 
-    fn decode(&self, key: &SessionKey, range: LogRange) -> Vec<Arc<LogEvent>> {
+    pub(super) fn decode(&self, key: &SessionKey, range: LogRange) -> Vec<Arc<LogEvent>> {
         range
             .events
             .into_iter()
@@ -349,26 +260,6 @@ pub enum Wake {
     Orphans,
     /// The subscription was re-established: anything may have been missed.
     Everyone,
-}
-
-/// Drops a follower's interest in its feed; the last one out unwatches.
-struct FeedGuard {
-    hub: EventHub,
-    key: SessionKey,
-    feed: Arc<Feed>,
-}
-
-impl FeedGuard {
-    async fn release(self) {
-        if self.feed.followers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let removed = self.hub.inner.feeds.remove_if(&self.key, |_, f| f.followers.load(Ordering::SeqCst) == 0);
-            if removed.is_some() {
-                let notifications = &self.hub.inner.store.notifications;
-                let _ = notifications.follow(&self.key, &self.hub.inner.instance, false).await;
-                let _ = notifications.unwatch(&self.key).await;
-            }
-        }
-    }
 }
 
 /// Appends `event` to `events`, merging it into the previous one when both

@@ -19,6 +19,7 @@
 mod commands;
 mod commit;
 mod conversation;
+mod follower;
 mod history;
 pub mod hub;
 mod ownership;
@@ -42,7 +43,7 @@ use self::{
 };
 pub use self::{
     history::FindError,
-    hub::{EventHub, FollowItem},
+    hub::{EventHub, FollowItem, Follower},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
 };
@@ -314,12 +315,7 @@ impl Sessions {
 
     /// Replays the log after `after` and follows live events until the
     /// session pauses or ends.
-    pub async fn follow(
-        &self,
-        principal: &Principal,
-        id: &str,
-        after: u64,
-    ) -> Result<mpsc::Receiver<FollowItem>, SessionError> {
+    pub async fn follow(&self, principal: &Principal, id: &str, after: u64) -> Result<Follower, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, false).await?;
         self.follow_loaded(key, &record, &session, after).await
@@ -332,7 +328,7 @@ impl Sessions {
         record: &Record,
         session: &Session,
         after: u64,
-    ) -> Result<mpsc::Receiver<FollowItem>, SessionError> {
+    ) -> Result<Follower, SessionError> {
         if after > record.last_seq {
             return Err(SessionError::Invalid(format!(
                 "cursor {after} is beyond the last event ({})",

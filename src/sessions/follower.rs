@@ -1,0 +1,178 @@
+//! [`Follower`]: one client's follow of a session on this replica. It
+//! replays the log after the client's cursor, then takes live events from
+//! the session's feed (see `hub.rs`), re-reading the store when it sees a
+//! gap (a lagged broadcast, a missed notice). It has no task of its own:
+//! whoever consumes it (the HTTP response body) drives it, so an open
+//! stream costs a feed subscription and this state, nothing more.
+//!
+//! It ends after an event that ends a stream (pause, turn end) in live
+//! events; after the replay when the replay's newest event ends one; and at
+//! once when the session was not running and nothing follows the cursor.
+
+use std::{collections::VecDeque, sync::Arc};
+
+use tokio::sync::broadcast;
+
+use super::hub::{EventHub, Feed, FollowItem, REPLAY_PAGE};
+use crate::{domain::LogEvent, store::SessionKey};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Reading the stored log after the cursor, a page at a time.
+    Replay,
+    /// Taking live events.
+    Live,
+    /// Handing out what was read, then done.
+    Draining,
+    Done,
+}
+
+pub struct Follower {
+    hub: EventHub,
+    key: SessionKey,
+    feed: Arc<Feed>,
+    live: broadcast::Receiver<Arc<LogEvent>>,
+    /// The client's cursor.
+    after: u64,
+    /// The session was not running when the follow began.
+    idle: bool,
+    /// The seq of the last event read (handed out, or waiting in `ready`).
+    last: u64,
+    /// Whether the newest replayed event ends a stream.
+    newest_ends: bool,
+    ready: VecDeque<Arc<LogEvent>>,
+    mode: Mode,
+    /// The feed was released (at the end, or on drop).
+    released: bool,
+}
+
+impl Follower {
+    pub(super) fn new(
+        hub: EventHub,
+        key: SessionKey,
+        feed: Arc<Feed>,
+        live: broadcast::Receiver<Arc<LogEvent>>,
+        after: u64,
+        idle: bool,
+    ) -> Self {
+        Self {
+            hub,
+            key,
+            feed,
+            live,
+            after,
+            idle,
+            last: after,
+            newest_ends: false,
+            ready: VecDeque::new(),
+            mode: Mode::Replay,
+            released: false,
+        }
+    }
+
+    /// The next event (or the failure that ends the follow); `None` at the
+    /// end. Cancelling it (dropping the future) is safe only when the
+    /// follow is abandoned.
+    pub async fn next(&mut self) -> Option<FollowItem> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                if self.mode == Mode::Live && event.event.kind.ends_stream() {
+                    self.finish();
+                }
+                return Some(FollowItem::Event(event));
+            }
+            let failure = match self.mode {
+                Mode::Done => return None,
+                Mode::Draining => {
+                    self.finish();
+                    return None;
+                }
+                Mode::Replay => self.replay_page().await,
+                Mode::Live => self.wait_live().await,
+            };
+            if let Some(failure) = failure {
+                self.finish();
+                return Some(failure);
+            }
+        }
+    }
+
+    /// Reads the next page of the replay. At its end the feed is set to
+    /// the log's position, and the follow goes live or ends.
+    async fn replay_page(&mut self) -> Option<FollowItem> {
+        let range = match self.hub.read_after(&self.key, self.last, REPLAY_PAGE).await {
+            Ok(range) => range,
+            Err(e) => return Some(FollowItem::Failed(e)),
+        };
+        if self.last == self.after && range.last_seq > self.after && range.first_seq > self.after + 1 {
+            return Some(FollowItem::RecoveryFailed { first_seq: range.first_seq });
+        }
+        let full_page = range.events.len() == REPLAY_PAGE;
+        let log_last = range.last_seq;
+        for event in self.hub.decode(&self.key, range) {
+            self.last = event.seq;
+            self.newest_ends = event.event.kind.ends_stream();
+            self.ready.push_back(event);
+        }
+        if !full_page {
+            self.hub.initialise_feed(&self.key, &self.feed, log_last).await;
+            let nothing_new = self.idle && self.last == self.after;
+            self.mode = if self.newest_ends || nothing_new { Mode::Draining } else { Mode::Live };
+        }
+        None
+    }
+
+    /// Waits for the next live event; on a gap (or a lag) reads the
+    /// missing range from the store instead.
+    async fn wait_live(&mut self) -> Option<FollowItem> {
+        match self.live.recv().await {
+            Ok(event) if event.seq <= self.last => None,
+            Ok(event) if event.seq == self.last + 1 => {
+                self.last = event.seq;
+                self.ready.push_back(event);
+                None
+            }
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up().await,
+            Err(broadcast::error::RecvError::Closed) => {
+                self.mode = Mode::Done;
+                None
+            }
+        }
+    }
+
+    /// Reads a page of what follows `last` from the store.
+    async fn catch_up(&mut self) -> Option<FollowItem> {
+        let range = match self.hub.read_after(&self.key, self.last, REPLAY_PAGE).await {
+            Ok(range) => range,
+            Err(e) => return Some(FollowItem::Failed(e)),
+        };
+        if range.first_seq > self.last + 1 && range.last_seq > self.last {
+            return Some(FollowItem::RecoveryFailed { first_seq: range.first_seq });
+        }
+        for event in self.hub.decode(&self.key, range) {
+            self.last = event.seq;
+            self.ready.push_back(event);
+        }
+        None
+    }
+
+    /// The follow is over: what was read and not handed out is dropped,
+    /// the feed released.
+    fn finish(&mut self) {
+        self.mode = Mode::Done;
+        self.ready.clear();
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if !std::mem::replace(&mut self.released, true) {
+            self.hub.release(self.key.clone(), self.feed.clone());
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
