@@ -123,7 +123,7 @@ pub async fn run(
         HashSet::new()
     };
     let encoder = AgUiEncoder::for_run(input.thread_id.clone(), input.run_id.clone(), known, answered);
-    let follower = state.sessions.follow(&principal, &input.thread_id, proceeded.cursor).await?;
+    let follower = state.sessions.follow_started(proceeded.started).await;
     Ok(stream::stream(&state, principal, input.thread_id, follower, Box::new(encoder)))
 }
 

@@ -101,7 +101,7 @@ pub async fn chat(
     } else {
         AiSdkEncoder::default()
     };
-    let follower = state.sessions.follow(&principal, &body.id, proceeded.cursor).await?;
+    let follower = state.sessions.follow_started(proceeded.started).await;
     Ok(stream::stream(&state, principal, body.id, follower, Box::new(encoder)))
 }
 

@@ -16,7 +16,7 @@ use crate::{
     auth::Principal,
     domain::{Answers, ChatMessage, Session, Status},
     error::ErrorCode,
-    sessions::{NewSession, SessionError},
+    sessions::{NewSession, SessionError, Started},
 };
 
 /// Longest client-chosen id.
@@ -38,8 +38,8 @@ pub trait Conversation {
 
 /// What a request did to its chat.
 pub struct Proceeded {
-    /// Follow the chat's events from here.
-    pub cursor: u64,
+    /// The turn to follow.
+    pub started: Started,
     /// It answered a paused turn (rather than starting one).
     pub resumed: bool,
 }
@@ -72,8 +72,8 @@ pub async fn proceed(
     match state.sessions.get(principal, id).await {
         Ok(view) if view.session.status() == Status::AwaitingClient => {
             let resume = conversation.answers(&view.session)?;
-            let cursor = state.sessions.resume(principal, id, resume).await?;
-            Ok(Proceeded { cursor, resumed: true })
+            let started = state.sessions.resume(principal, id, resume).await?;
+            Ok(Proceeded { started, resumed: true })
         }
         Ok(_) => {
             let Some((message, _)) = conversation.turn() else {
@@ -81,8 +81,8 @@ pub async fn proceed(
                     "nothing waits for this request: the last message must be the user's text",
                 ));
             };
-            let cursor = state.sessions.start_turn(principal, id, message).await?;
-            Ok(Proceeded { cursor, resumed: false })
+            let started = state.sessions.start_turn(principal, id, message).await?;
+            Ok(Proceeded { started, resumed: false })
         }
         Err(SessionError::NotFound) => {
             let Some((message, history)) = conversation.turn() else {
@@ -90,7 +90,7 @@ pub async fn proceed(
             };
             let new = NewSession { id: Some(id.to_string()), ..new };
             match state.sessions.start_conversation(principal, new, history, message).await {
-                Ok((_, cursor)) => Ok(Proceeded { cursor, resumed: false }),
+                Ok(started) => Ok(Proceeded { started, resumed: false }),
                 // Taken: by a concurrent request of the caller's (409), or
                 // by a session the caller may not see (404).
                 Err(SessionError::Conflict(message)) => match state.sessions.get(principal, id).await {

@@ -36,7 +36,7 @@ use crate::{
     error::{ApiError, ErrorCode},
     orchestrator::prompt,
     protocol::{Frame, holmes::HolmesEncoder},
-    sessions::NewSession,
+    sessions::{NewSession, Started},
     telemetry::timing::UpstreamElapsed,
 };
 
@@ -83,23 +83,22 @@ async fn ask(
         check_calls_answered(history)?;
     }
     let message = request.user_message();
-    let (id, model, cursor) = match &request.session_id {
+    let (model, started) = match &request.session_id {
         Some(id) => {
             let session = state.sessions.find_for_turn(&principal, id, history.as_deref()).await?;
-            let cursor = state.sessions.start_turn(&principal, id, message).await?;
-            (session.id().to_string(), session.model().to_string(), cursor)
+            let started = state.sessions.start_turn(&principal, id, message).await?;
+            (session.model().to_string(), started)
         }
         None => {
             let model = super::model_or_default(&state, &principal, request.model.as_deref())?;
             let options = options(&request);
             let seed = seed(history, &options, state.enabled_prompts.as_deref());
             let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options };
-            let (id, cursor) = state.sessions.start_conversation(&principal, new, seed, message).await?;
-            (id, model, cursor)
+            (model, state.sessions.start_conversation(&principal, new, seed, message).await?)
         }
     };
     let encoder = encoder(&state, &model);
-    respond(state, principal, id, cursor, request.stream, encoder).await
+    respond(state, principal, started, request.stream, encoder).await
 }
 
 /// The session's options from the request. Later turns and resumes keep
@@ -169,29 +168,29 @@ async fn resume(
         .into_iter()
         .map(|d| Decision { tool_call_id: d.tool_call_id, approved: d.approved, reason: d.feedback })
         .collect();
-    let cursor = state.sessions.resume(&principal, session.id(), Answers { outputs, decisions }).await?;
+    let started = state.sessions.resume(&principal, session.id(), Answers { outputs, decisions }).await?;
     let mut encoder = encoder(&state, session.model());
     for planned in session.calls() {
         let call = planned.call();
         encoder.remember_call(&call.id, serde_json::from_str(&call.arguments).unwrap_or(json!({})));
     }
-    respond(state, principal, session.id().to_string(), cursor, request.stream, encoder).await
+    respond(state, principal, started, request.stream, encoder).await
 }
 
 fn encoder(state: &AppState, model: &str) -> HolmesEncoder {
     HolmesEncoder::new(state.model_limits.get(model))
 }
 
-/// Follows the turn from `cursor` and answers: SSE, or one JSON body.
+/// Follows the turn and answers: SSE, or one JSON body.
 async fn respond(
     state: AppState,
     principal: Principal,
-    id: String,
-    cursor: u64,
+    started: Started,
     stream: bool,
     encoder: HolmesEncoder,
 ) -> Result<Response, ApiError> {
-    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    let id = started.id().to_string();
+    let follower = state.sessions.follow_started(started).await;
     let frames = stream::encode(&state, principal.clone(), id.clone(), follower, Box::new(encoder));
     let mut response = if stream {
         stream_response(&state, principal, id.clone(), frames)

@@ -52,8 +52,9 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
         ..SessionOptions::default()
     };
     let new = NewSession { id: None, model: request.model, dialect: "llm-gateway", options };
-    let (id, cursor) = state.sessions.start_conversation(&principal, new, request.history, request.message).await?;
-    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    let started = state.sessions.start_conversation(&principal, new, request.history, request.message).await?;
+    let id = started.id().to_string();
+    let follower = state.sessions.follow_started(started).await;
     let encoder = Box::new(LlmGatewayEncoder::for_chat(&id, 1, max_iterations));
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }

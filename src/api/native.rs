@@ -132,8 +132,8 @@ pub async fn send_message(
     Json(body): Json<SendMessage>,
 ) -> Result<Response, ApiError> {
     let encoder = encoder(&state, query.format.as_deref())?;
-    let cursor = state.sessions.start_turn(&principal, &id, ChatMessage::text(Role::User, body.content)).await?;
-    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    let started = state.sessions.start_turn(&principal, &id, ChatMessage::text(Role::User, body.content)).await?;
+    let follower = state.sessions.follow_started(started).await;
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
@@ -179,8 +179,8 @@ pub async fn tool_results(
         .into_iter()
         .map(|d| Decision { tool_call_id: d.tool_call_id, approved: d.approved, reason: d.reason })
         .collect();
-    let cursor = state.sessions.resume(&principal, &id, Answers { outputs, decisions }).await?;
-    let follower = state.sessions.follow(&principal, &id, cursor).await?;
+    let started = state.sessions.resume(&principal, &id, Answers { outputs, decisions }).await?;
+    let follower = state.sessions.follow_started(started).await;
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 

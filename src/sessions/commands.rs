@@ -6,7 +6,7 @@
 //! in the session's inbox for its owner, who takes them up in its next
 //! commit.
 
-use super::{SessionError, Sessions, fence_of};
+use super::{SessionError, Sessions, Started, fence_of};
 use crate::{
     auth::Principal,
     domain::{Answers, ChatMessage, RelayDecision, Status},
@@ -19,9 +19,13 @@ const WRITE_RETRIES: usize = 5;
 
 impl Sessions {
     /// Starts a turn with a new user message on an idle, completed, failed
-    /// or cancelled session, on this replica. Returns the cursor before the
-    /// turn's events.
-    pub async fn start_turn(&self, principal: &Principal, id: &str, message: ChatMessage) -> Result<u64, SessionError> {
+    /// or cancelled session, on this replica.
+    pub async fn start_turn(
+        &self,
+        principal: &Principal,
+        id: &str,
+        message: ChatMessage,
+    ) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, mut session) = self.load_visible(principal, &key, true).await?;
         let earlier = session.trace_parent().map(str::to_string);
@@ -31,16 +35,16 @@ impl Sessions {
 
     /// Resumes a paused turn with the client's answers: every pending
     /// frontend call needs one result and every pending approval one
-    /// decision. Returns the cursor from which to follow the continuation.
-    pub async fn resume(&self, principal: &Principal, id: &str, answers: Answers) -> Result<u64, SessionError> {
+    /// decision. Returns the continuation.
+    pub async fn resume(&self, principal: &Principal, id: &str, answers: Answers) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, mut session) = self.load_visible(principal, &key, true).await?;
         let earlier = session.trace_parent().map(str::to_string);
         let events = session.resume(&answers, self.request_trace())?;
         let dialect = session.dialect().to_string();
-        let cursor = self.activate(&key, Some(&record), session, events, earlier).await?;
+        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
         self.metrics().resume(&dialect);
-        Ok(cursor)
+        Ok(started)
     }
 
     /// Records a permission decision for a live relay, from any replica, for

@@ -5,7 +5,7 @@
 
 use tracing::Instrument as _;
 
-use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp};
+use super::{RunHandle, Running, SessionError, Sessions, Started, Stop, main_agent, ownership, stamp};
 use crate::{
     domain::{ChatMessage, EventKind, Session},
     store::{Commit, CommitError, Committed, Conflict, Fence, OwnerChange, Record, SessionKey, StateWrite, StoreError},
@@ -18,7 +18,7 @@ impl Sessions {
     /// While draining, the session is committed without an owner instead,
     /// for another replica to take at once. The turn's span links to the
     /// trace `link` names (the turn before, maybe on another replica).
-    /// Returns the cursor before the events.
+    /// Returns the turn, to follow from before its events.
     pub(super) async fn activate(
         &self,
         key: &SessionKey,
@@ -26,7 +26,7 @@ impl Sessions {
         mut session: Session,
         events: Vec<EventKind>,
         link: Option<String>,
-    ) -> Result<u64, SessionError> {
+    ) -> Result<Started, SessionError> {
         if !self.hold_slot(key, true).await? {
             self.inner.metrics.rate_limit(&key.tenant, "limited_sessions");
             return Err(SessionError::RateLimited {
@@ -48,7 +48,7 @@ impl Sessions {
         if !draining {
             self.spawn_runner(key.clone(), session, committed, None, link);
         }
-        Ok(committed.first_seq - 1)
+        Ok(Started { key: key.clone(), cursor: committed.first_seq - 1 })
     }
 
     /// A commit of `session` as it stands (state, new messages) and `events`.

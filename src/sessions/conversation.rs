@@ -7,7 +7,7 @@
 //! The seeded history is context for the model only: the session's pending
 //! calls and relays still come from the store, never from the client.
 
-use super::{NewSession, SessionError, Sessions};
+use super::{NewSession, SessionError, Sessions, Started};
 use crate::{
     auth::Principal,
     domain::{ChatMessage, Session},
@@ -17,21 +17,19 @@ use crate::{
 impl Sessions {
     /// Creates a session owned by `principal` whose conversation is
     /// `history`, and starts its first turn with `message` on this replica.
-    /// Returns the session id and the cursor before the turn's events.
+    /// Returns the turn (with the new session's id).
     pub async fn start_conversation(
         &self,
         principal: &Principal,
         new: NewSession,
         history: Vec<ChatMessage>,
         message: ChatMessage,
-    ) -> Result<(String, u64), SessionError> {
+    ) -> Result<Started, SessionError> {
         let mut session = Session::new(self.spec(principal, new));
         tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
         session.seed(history)?;
         let events = session.start_turn(message, self.request_trace())?;
-        let id = session.id().to_string();
-        let key = SessionKey::new(principal.tenant.clone(), id.as_str());
-        let cursor = self.activate(&key, None, session, events, None).await?;
-        Ok((id, cursor))
+        let key = SessionKey::new(principal.tenant.clone(), session.id());
+        self.activate(&key, None, session, events, None).await
     }
 }

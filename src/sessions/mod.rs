@@ -119,6 +119,29 @@ pub struct SessionView {
     pub turn_start_seq: u64,
 }
 
+/// A turn this replica just started or resumed: the session and the
+/// cursor before the turn's events. [`Sessions::follow_started`] follows it
+/// without the reads [`Sessions::follow`] makes: the start checked access,
+/// and its commit put every event after the cursor in the log.
+#[derive(Debug)]
+#[must_use = "a started turn is followed (or its events are read later by cursor)"]
+pub struct Started {
+    key: SessionKey,
+    cursor: u64,
+}
+
+impl Started {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.key.id
+    }
+
+    /// The seq before the turn's events.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+}
+
 #[derive(Clone)]
 pub struct Sessions {
     inner: Arc<Inner>,
@@ -319,6 +342,11 @@ impl Sessions {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, false).await?;
         self.follow_loaded(key, &record, &session, after).await
+    }
+
+    /// Follows a turn this replica just started, from its first event.
+    pub async fn follow_started(&self, started: Started) -> Follower {
+        self.inner.hub.follow(started.key, started.cursor, false).await
     }
 
     /// [`Sessions::follow`] for a session just read (or just committed).
