@@ -9,12 +9,17 @@
 
 pub mod cluster;
 pub mod fanout;
+pub mod load;
 pub mod machine;
+pub mod mock;
+pub mod native;
+pub mod procs;
 pub mod raw;
 pub mod redis_admin;
 pub mod runner;
 pub mod sse;
 pub mod stats;
+pub mod streams;
 pub mod turns;
 
 /// Errors are reported, never handled: a message is all a benchmark needs.

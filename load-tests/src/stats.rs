@@ -7,6 +7,7 @@ use std::time::Duration;
 pub struct Summary {
     pub n: usize,
     pub p50: f64,
+    pub p90: f64,
     pub p95: f64,
     pub p99: f64,
     pub max: f64,
@@ -20,7 +21,14 @@ impl Summary {
         }
         sample.sort_by(f64::total_cmp);
         let rank = |p: f64| sample[((p / 100.0 * sample.len() as f64).ceil() as usize).clamp(1, sample.len()) - 1];
-        Some(Self { n: sample.len(), p50: rank(50.0), p95: rank(95.0), p99: rank(99.0), max: sample[sample.len() - 1] })
+        Some(Self {
+            n: sample.len(),
+            p50: rank(50.0),
+            p90: rank(90.0),
+            p95: rank(95.0),
+            p99: rank(99.0),
+            max: sample[sample.len() - 1],
+        })
     }
 }
 

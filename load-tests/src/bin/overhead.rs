@@ -1,0 +1,250 @@
+//! `overhead`: what the gateway adds to a streamed chat, against the same
+//! load sent straight to the mock model in the same run (the baseline).
+//! Prints a Markdown report on stdout (progress on stderr). See
+//! `load-tests/README.md`.
+//!
+//! The gateway is the release binary as a process of its own, with the Redis
+//! store; the mock model is another (`mock_upstream`); this generator a
+//! third. For each concurrency of `--streams`: `n` chats straight to the
+//! mock, then `n` chats through the gateway per dialect, the starts of each
+//! phase spread evenly over `--ramp-ms`. Each chat orders `--tokens` tokens
+//! `--pace-ms` apart, the first after `--first-ms`.
+//!
+//! Reported per phase: time to first token and total time by percentile,
+//! and what the gateway adds (gateway minus direct, percentile by
+//! percentile); chats that failed or lost text; tokens per second; CPU time
+//! of the gateway and of the mock per 1,000 tokens (from `/proc`); Redis
+//! commands per 100 tokens and per chat (`total_commands_processed`).
+//! With `--pace-ms 0` and long answers the same report is the throughput
+//! scenario.
+
+use std::{fmt::Write, process::ExitCode, time::Duration};
+
+use clap::Parser;
+use switchboard_load::{
+    Result,
+    load::Phase,
+    machine::Context,
+    mock::Order,
+    procs::{Gateway, GatewayOptions, Mock, token},
+    redis_admin::{Admin, Counters},
+    stats::{Summary, int, ms, rate},
+    streams::{Dialect, Target, http_client},
+};
+
+/// Gateway overhead against a same-run baseline straight to the mock model.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "overhead")]
+struct Args {
+    /// Redis for the gateway's store (a unique key prefix, deleted after).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Concurrent chats per phase (comma-separated: one set of phases each).
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    streams: Vec<usize>,
+    /// Dialects to measure through the gateway.
+    #[arg(long, value_delimiter = ',', default_value = "native,ai-sdk,llm-gateway")]
+    dialects: Vec<String>,
+    /// Tokens per answer.
+    #[arg(long, default_value_t = 20)]
+    tokens: u32,
+    /// Milliseconds between tokens.
+    #[arg(long, default_value_t = 50)]
+    pace_ms: u64,
+    /// Milliseconds before the first token.
+    #[arg(long, default_value_t = 0)]
+    first_ms: u64,
+    /// The starts of a phase's chats are spread over this many milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    ramp_ms: u64,
+}
+
+/// One measured phase.
+struct Row {
+    streams: usize,
+    dialect: Dialect,
+    phase: Phase,
+    gateway_cpu: Duration,
+    mock_cpu: Duration,
+    redis: Counters,
+    chats: usize,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("overhead: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<String> {
+    let dialects = args.dialects.iter().map(|d| Dialect::parse(d)).collect::<Result<Vec<_>>>()?;
+    let order = Order {
+        tokens: args.tokens,
+        pace: Duration::from_millis(args.pace_ms),
+        first: Duration::from_millis(args.first_ms),
+        tools: 0,
+        gate: false,
+    };
+    let ramp = Duration::from_millis(args.ramp_ms);
+    let mut context = Context::gather();
+    let mut admin = Admin::connect(&args.redis).await?;
+    context.redis_version = admin.version().await?;
+    let mock = Mock::start().await?;
+    let prefix = format!("sbload:{}:", uuid::Uuid::new_v4().simple());
+    let options = GatewayOptions {
+        replica_id: "a".into(),
+        redis_url: args.redis.clone(),
+        key_prefix: prefix.clone(),
+        mock: mock.addr,
+        tool_permission: "allow",
+        extra_toml: String::new(),
+    };
+    let gateway = Gateway::start(&options).await?;
+    let http = http_client();
+    let token = token()?;
+    let target = |dialect| {
+        let base = if dialect == Dialect::Direct { format!("http://{}", mock.addr) } else { gateway.base() };
+        Target { http: http.clone(), base, token: token.clone(), dialect }
+    };
+
+    // Warm-up: connections, caches, the gateway's first sessions.
+    let warm = Order { tokens: 5, pace: Duration::ZERO, first: Duration::ZERO, tools: 0, gate: false };
+    for &dialect in std::iter::once(&Dialect::Direct).chain(&dialects) {
+        Phase::run(&target(dialect), &warm, 50, Duration::from_millis(200)).await?;
+    }
+
+    let mut rows = Vec::new();
+    for &streams in &args.streams {
+        for &dialect in std::iter::once(&Dialect::Direct).chain(&dialects) {
+            eprintln!("{streams} chats, {}", dialect.name());
+            let (gateway_cpu, mock_cpu) = (gateway.proc.cpu(), mock.proc.cpu());
+            let before = admin.counters().await?;
+            let phase = Phase::run(&target(dialect), &order, streams, ramp).await?;
+            let redis = admin.counters().await?.since(&before);
+            rows.push(Row {
+                streams,
+                dialect,
+                gateway_cpu: gateway.proc.cpu().saturating_sub(gateway_cpu),
+                mock_cpu: mock.proc.cpu().saturating_sub(mock_cpu),
+                redis,
+                chats: streams,
+                phase,
+            });
+        }
+    }
+    let peak_rss = gateway.proc.peak_rss_kib();
+    admin.delete_prefix(&prefix).await?;
+    context.finish();
+    Ok(report(&context, &args, &order, &rows, peak_rss))
+}
+
+fn report(context: &Context, args: &Args, order: &Order, rows: &[Row], peak_rss: u64) -> String {
+    let mut w = String::new();
+    context.write_header(&mut w, "Gateway overhead against the mock model", &args.redis);
+    let _ = writeln!(
+        w,
+        "- workload: each chat orders {} tokens {} ms apart, the first after {} ms; a phase's starts spread over {} ms",
+        order.tokens,
+        order.pace.as_millis(),
+        order.first.as_millis(),
+        args.ramp_ms
+    );
+    let _ = writeln!(w, "- gateway peak resident memory over the run: {} KiB\n", int(peak_rss as f64));
+
+    let _ = writeln!(w, "## Time to first token (ms)\n");
+    let _ = writeln!(w, "| chats | path | p50 | p90 | p99 | added p50 | added p90 | added p99 | incomplete |");
+    let _ = writeln!(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let direct = baseline(rows, row.streams).and_then(Phase::first_token);
+        write_percentiles(&mut w, order, row, row.phase.first_token(), direct);
+    }
+    let _ = writeln!(w, "\n## Total time of a chat (ms)\n");
+    let _ = writeln!(w, "| chats | path | p50 | p90 | p99 | added p50 | added p90 | added p99 | incomplete |");
+    let _ = writeln!(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let direct = baseline(rows, row.streams).and_then(Phase::total);
+        write_percentiles(&mut w, order, row, row.phase.total(), direct);
+    }
+    let _ = writeln!(w, "\n## Gaps between tokens (ms)\n");
+    let _ = writeln!(w, "| chats | path | p50 | p99 | max |");
+    let _ = writeln!(w, "|---:|---|---:|---:|---:|");
+    for row in rows {
+        if let Some(s) = row.phase.gaps() {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {:.2} | {:.2} | {:.2} |",
+                row.streams,
+                row.dialect.name(),
+                s.p50,
+                s.p99,
+                s.max
+            );
+        }
+    }
+    let _ = writeln!(w, "\n## Cost\n");
+    let _ = writeln!(
+        w,
+        "| chats | path | tokens | token frames | tokens/s | gateway CPU per 1k tokens | mock CPU per 1k tokens | Redis commands per 100 tokens | Redis commands per chat |"
+    );
+    let _ = writeln!(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let tokens = row.phase.tokens();
+        let per_k = |cpu: Duration| ms(cpu.as_secs_f64() * 1000.0 * 1000.0 / tokens.max(1) as f64);
+        let gateway = if row.dialect == Dialect::Direct { "—".to_string() } else { per_k(row.gateway_cpu) };
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            row.streams,
+            row.dialect.name(),
+            int(tokens as f64),
+            int(row.phase.frames() as f64),
+            int(rate(tokens, row.phase.elapsed)),
+            gateway,
+            per_k(row.mock_cpu),
+            row.redis.commands as f64 * 100.0 / tokens.max(1) as f64,
+            row.redis.commands as f64 / row.chats.max(1) as f64,
+        );
+    }
+    for row in rows {
+        if let Some(error) = row.phase.first_error() {
+            let _ = writeln!(w, "\n- first error, {} chats {}: `{error}`", row.streams, row.dialect.name());
+        }
+    }
+    w
+}
+
+fn baseline(rows: &[Row], streams: usize) -> Option<&Phase> {
+    rows.iter().find(|r| r.streams == streams && r.dialect == Dialect::Direct).map(|r| &r.phase)
+}
+
+fn write_percentiles(w: &mut String, order: &Order, row: &Row, s: Option<Summary>, direct: Option<Summary>) {
+    let Some(s) = s else {
+        let _ = writeln!(w, "| {} | {} | — | — | — | — | — | — | {} |", row.streams, row.dialect.name(), row.chats);
+        return;
+    };
+    let added = |pick: fn(&Summary) -> f64| match (row.dialect, direct) {
+        (Dialect::Direct, _) | (_, None) => "—".to_string(),
+        (_, Some(d)) => format!("{:+.2}", pick(&s) - pick(&d)),
+    };
+    let _ = writeln!(
+        w,
+        "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+        row.streams,
+        row.dialect.name(),
+        s.p50,
+        s.p90,
+        s.p99,
+        added(|s| s.p50),
+        added(|s| s.p90),
+        added(|s| s.p99),
+        row.phase.incomplete(order),
+    );
+}

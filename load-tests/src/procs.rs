@@ -1,0 +1,279 @@
+//! The processes a scenario measures: the real `switchboard` binary (one or
+//! more replicas) and the mock model (`mock_upstream`), each a child of the
+//! generator, so their CPU time and resident memory are read from `/proc`
+//! apart from the generator's own. Children are killed when dropped.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::Result;
+
+pub const TENANT: &str = "bench";
+pub const SECRET: &str = "switchboard-load-secret-0123456789";
+/// The model alias the gateway serves from the mock.
+pub const MODEL: &str = "bench";
+
+/// A directory beside this binary (`target/release`), where the gateway and
+/// the mock are built with it.
+pub fn sibling(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the benchmark's own path");
+    exe.parent().expect("a directory").join(name)
+}
+
+/// A child process and what `/proc` says about it.
+pub struct Proc {
+    child: Child,
+    pid: u32,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// User plus system CPU time so far.
+    pub fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) in parens.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        // utime and stime are fields 14 and 15 of stat(5); here 11 and 12.
+        Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / clock_ticks() as f64)
+    }
+
+    /// Resident memory, KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        status_field(self.pid, "VmRSS:")
+    }
+
+    /// Peak resident memory, KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        status_field(self.pid, "VmHWM:")
+    }
+
+    /// Threads of the process.
+    pub fn threads(&self) -> u64 {
+        status_field(self.pid, "Threads:")
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+fn status_field(pid: u32, name: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn clock_ticks() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+/// The mock model as a process.
+pub struct Mock {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl Mock {
+    pub async fn start() -> Result<Self> {
+        let mut child = Command::new(sibling("mock_upstream"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("start mock_upstream (build it with --bin mock_upstream): {e}"))?;
+        let stdout = child.stdout.take().ok_or("the mock's stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await??.unwrap_or_default();
+        let addr = line.strip_prefix("listening on ").ok_or_else(|| format!("the mock said {line:?}"))?.parse()?;
+        let pid = child.id().ok_or("the mock's pid")?;
+        Ok(Self { proc: Proc { child, pid }, addr })
+    }
+
+    /// The OpenAI base URL: `http://ADDR/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+}
+
+/// What a gateway replica is configured with.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    pub replica_id: String,
+    pub redis_url: String,
+    pub key_prefix: String,
+    pub mock: SocketAddr,
+    /// `ask` (relays or pauses) or `allow`.
+    pub tool_permission: &'static str,
+    /// Appended to the configuration.
+    pub extra_toml: String,
+}
+
+/// The real gateway binary as a process.
+pub struct Gateway {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Gateway {
+    pub async fn start(options: &GatewayOptions) -> Result<Self> {
+        Self::start_with_lease(options, 10).await
+    }
+
+    /// [`Gateway::start`] with a lease TTL of `lease_ttl_secs`.
+    pub async fn start_with_lease(options: &GatewayOptions, lease_ttl_secs: u64) -> Result<Self> {
+        let dir = TempDir::new(&format!("sbload-{}", options.replica_id))?;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        let config = format!(
+            r#"[server]
+listen = "{addr}"
+replica_id = "{replica}"
+shutdown_grace_secs = 1
+
+[store]
+redis_url = "{redis}"
+key_prefix = "{prefix}"
+lease_ttl_secs = {lease_ttl_secs}
+
+[agent]
+relay_timeout_secs = 3600
+
+[[tenants]]
+id = "{TENANT}"
+jwt = {{ hs256_secret = "{SECRET}" }}
+
+[models.{MODEL}]
+provider = "openai"
+base_url = "http://{mock}/v1"
+model = "bench"
+
+[[tools]]
+name = "lookup"
+description = "Look up an order"
+parameters = {{ type = "object", properties = {{ id = {{ type = "string" }} }} }}
+url = "http://{mock}/tool"
+permission = "{permission}"
+
+{extra}
+"#,
+            replica = options.replica_id,
+            redis = options.redis_url,
+            prefix = options.key_prefix,
+            mock = options.mock,
+            permission = options.tool_permission,
+            extra = options.extra_toml,
+        );
+        let path = dir.path().join("switchboard.toml");
+        std::fs::write(&path, config)?;
+        let log = std::fs::File::create(dir.path().join("switchboard.log"))?;
+        let mut command = Command::new(sibling("switchboard"));
+        command.arg("--config").arg(&path).stdout(log.try_clone()?).stderr(log).kill_on_drop(true);
+        for var in ["SWITCHBOARD_CONFIG", "SWITCHBOARD_LISTEN", "SWITCHBOARD_REDIS_URL", "SWITCHBOARD_REPLICA_ID"] {
+            command.env_remove(var);
+        }
+        let child = command.spawn().map_err(|e| format!("start switchboard (build it with --release): {e}"))?;
+        let pid = child.id().ok_or("the gateway's pid")?;
+        let mut gateway = Self { proc: Proc { child, pid }, addr, _dir: dir };
+        gateway.wait_ready().await?;
+        Ok(gateway)
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let url = format!("{}/readyz", self.base());
+        while Instant::now() < deadline {
+            if self.proc.exited() {
+                return Err(format!("the gateway exited at start-up; see {}", self.log_path().display()).into());
+            }
+            if http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Err("the gateway was not ready within 20 s".into())
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self._dir.path().join("switchboard.log")
+    }
+
+    /// The log's lines that contain `needle`.
+    pub fn log_count(&self, needle: &str) -> usize {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default().lines().filter(|l| l.contains(needle)).count()
+    }
+
+    /// The value of a metric line starting with `prefix` in `/metrics`, summed.
+    pub async fn metric(&self, prefix: &str) -> Result<f64> {
+        let text = reqwest::get(format!("{}/metrics", self.base())).await?.text().await?;
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum())
+    }
+}
+
+/// A token of the benchmark tenant.
+pub fn token() -> Result<String> {
+    let text = format!(
+        "[[tenants]]\nid = \"{TENANT}\"\njwt = {{ hs256_secret = \"{SECRET}\" }}\n\n[models.demo]\nprovider = \"demo\"\n"
+    );
+    let config = switchboard::config::Config::from_toml(&text, &|_| None).map_err(|e| format!("{e}"))?;
+    Ok(switchboard::auth::mint_token(&config.tenants[TENANT], "loadgen", Duration::from_secs(24 * 3600), &[])?)
+}
+
+/// A directory removed when dropped (keeps its contents when `KEEP_LOGS` is
+/// set, for a look at the gateway's log after a run).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(prefix: &str) -> Result<Self> {
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&path)?;
+        Ok(Self(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

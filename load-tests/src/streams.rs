@@ -1,0 +1,192 @@
+//! One chat as a client sees it, in any of the dialects a scenario drives,
+//! or straight against the mock model (the baseline): the request, its SSE
+//! read to the end, and the times a user feels — to the first token, between
+//! tokens, to the end.
+
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::{Result, mock::Order, procs::MODEL};
+
+/// Longest silence on a stream before it counts as failed.
+pub const SILENCE: Duration = Duration::from_secs(120);
+
+/// Who answers, and in which wire format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// The mock model itself: OpenAI chunks.
+    Direct,
+    /// `POST /v1/sessions` (untimed), then `POST /v1/sessions/{id}/messages`.
+    Native,
+    /// `POST /v1/ai-sdk/chat`: the Vercel AI SDK UI message stream.
+    AiSdk,
+    /// `POST /chat`: llm-gateway's events.
+    LlmGateway,
+}
+
+impl Dialect {
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "direct" => Self::Direct,
+            "native" => Self::Native,
+            "ai-sdk" => Self::AiSdk,
+            "llm-gateway" => Self::LlmGateway,
+            other => return Err(format!("unknown dialect {other:?} (native, ai-sdk, llm-gateway)").into()),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Native => "native",
+            Self::AiSdk => "ai-sdk",
+            Self::LlmGateway => "llm-gateway",
+        }
+    }
+
+    /// The text of a token frame (`event`, `data`), if it is one.
+    fn token(self, event: &str, data: &str) -> Option<String> {
+        let is_token = match self {
+            Self::Direct => data.contains("\"content\""),
+            Self::Native => event == "text_delta",
+            Self::AiSdk => data.contains("\"text-delta\""),
+            Self::LlmGateway => event == "text",
+        };
+        if !is_token {
+            return None;
+        }
+        let value: Value = serde_json::from_str(data).ok()?;
+        let text = match self {
+            Self::Direct => &value["choices"][0]["delta"]["content"],
+            Self::Native => &value["text"],
+            Self::AiSdk => &value["delta"],
+            Self::LlmGateway => &value["content"],
+        };
+        text.as_str().map(str::to_string)
+    }
+}
+
+/// What one stream delivered, and when.
+#[derive(Debug, Clone, Default)]
+pub struct Timing {
+    /// From the request to the first token.
+    pub first_token: Option<Duration>,
+    /// From the request to the end of the stream.
+    pub total: Duration,
+    /// Between consecutive token frames.
+    pub gaps: Vec<Duration>,
+    /// The text received.
+    pub text: String,
+    pub error: Option<String>,
+}
+
+impl Timing {
+    /// Whether the stream ended without error with exactly the ordered text.
+    pub fn complete(&self, order: &Order) -> bool {
+        self.error.is_none() && self.text == (1..=order.tokens).map(Order::token).collect::<String>()
+    }
+}
+
+/// Where a client sends its chats.
+#[derive(Clone)]
+pub struct Target {
+    pub http: reqwest::Client,
+    /// The gateway's (or for `Direct`, the mock's) `http://host:port`.
+    pub base: String,
+    pub token: String,
+    pub dialect: Dialect,
+}
+
+/// An HTTP client for many concurrent streams: one connection each, no
+/// request timeout (streams are bounded by [`SILENCE`] instead).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().pool_max_idle_per_host(usize::MAX).tcp_nodelay(true).build().expect("an HTTP client")
+}
+
+impl Target {
+    /// Prepares a chat (for the native API: creates its session), untimed.
+    pub async fn prepare(&self) -> Result<Option<String>> {
+        if self.dialect != Dialect::Native {
+            return Ok(None);
+        }
+        let response = self
+            .http
+            .post(format!("{}/v1/sessions", self.base))
+            .bearer_auth(&self.token)
+            .json(&json!({"model": MODEL}))
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            return Err(format!("create session: {}", response.status()).into());
+        }
+        let body: Value = response.json().await?;
+        Ok(Some(body["id"].as_str().ok_or("no session id")?.to_string()))
+    }
+
+    /// The request of a chat ordering `order` (in the session `prepared`).
+    fn request(&self, order: &Order, prepared: Option<&str>) -> reqwest::RequestBuilder {
+        let message = order.message();
+        let (path, body) = match self.dialect {
+            Dialect::Direct => (
+                "/v1/chat/completions".to_string(),
+                json!({"model": "bench", "stream": true, "messages": [{"role": "user", "content": message}]}),
+            ),
+            Dialect::Native => {
+                (format!("/v1/sessions/{}/messages", prepared.unwrap_or_default()), json!({"content": message}))
+            }
+            Dialect::AiSdk => (
+                "/v1/ai-sdk/chat".to_string(),
+                json!({"id": uuid::Uuid::new_v4().to_string(), "trigger": "submit-message", "model": MODEL,
+                    "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": message}]}]}),
+            ),
+            Dialect::LlmGateway => {
+                ("/chat".to_string(), json!({"model": MODEL, "messages": [{"role": "user", "content": message}]}))
+            }
+        };
+        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        if self.dialect != Dialect::Direct {
+            request = request.bearer_auth(&self.token);
+        }
+        request
+    }
+
+    /// Runs one chat to the end of its stream.
+    pub async fn chat(&self, order: &Order, prepared: Option<&str>) -> Timing {
+        let started = Instant::now();
+        let mut timing = Timing::default();
+        if let Err(e) = self.read(order, prepared, started, &mut timing).await {
+            timing.error = Some(e.to_string());
+        }
+        timing.total = started.elapsed();
+        timing
+    }
+
+    async fn read(&self, order: &Order, prepared: Option<&str>, started: Instant, timing: &mut Timing) -> Result<()> {
+        let response = self.request(order, prepared).send().await?;
+        if !response.status().is_success() {
+            return Err(format!("{}: {}", response.status(), response.text().await.unwrap_or_default()).into());
+        }
+        let mut events = response.bytes_stream().eventsource();
+        let mut last = started;
+        loop {
+            let event = match tokio::time::timeout(SILENCE, events.next()).await {
+                Err(_) => return Err(format!("no frame within {SILENCE:?}").into()),
+                Ok(None) => return Ok(()),
+                Ok(Some(event)) => event.map_err(|e| format!("SSE: {e}"))?,
+            };
+            if let Some(text) = self.dialect.token(&event.event, &event.data) {
+                let now = Instant::now();
+                if timing.first_token.is_none() {
+                    timing.first_token = Some(now - started);
+                } else {
+                    timing.gaps.push(now - last);
+                }
+                last = now;
+                timing.text.push_str(&text);
+            }
+        }
+    }
+}
