@@ -193,7 +193,7 @@ permission = "{permission}"
         let path = dir.path().join("switchboard.toml");
         std::fs::write(&path, config)?;
         let log = std::fs::File::create(dir.path().join("switchboard.log"))?;
-        let mut command = Command::new(sibling("switchboard"));
+        let mut command = Command::new(gateway_binary());
         command.arg("--config").arg(&path).stdout(log.try_clone()?).stderr(log).kill_on_drop(true);
         for var in ["SWITCHBOARD_CONFIG", "SWITCHBOARD_LISTEN", "SWITCHBOARD_REDIS_URL", "SWITCHBOARD_REPLICA_ID"] {
             command.env_remove(var);
@@ -243,6 +243,13 @@ permission = "{permission}"
             .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
             .sum())
     }
+}
+
+/// The gateway binary: `$GATEWAY_BIN` (to measure another build, say an
+/// earlier commit's, against the same load), else the release build beside
+/// this benchmark.
+pub fn gateway_binary() -> PathBuf {
+    std::env::var_os("GATEWAY_BIN").map_or_else(|| sibling("switchboard"), PathBuf::from)
 }
 
 /// A token of the benchmark tenant.

@@ -5,11 +5,11 @@
 //!
 //! Layout (hash tags keep one session's keys in one cluster slot):
 //! - `{prefix}{t:<tenant>:s:<id>}:state` — hash: `v`, `doc`, `st`, `own`,
-//!   `ep`, `cn`, `seq`, `ck`, `nm`, `r:<relay_id>`, `cancel` (`lua/commit.lua`)
+//!   `ep`, `cn`, `seq`, `ck`, `nm`, `r:<relay_id>`, `cancel` (`lua/commit.lua`),
+//!   and the instances following the session (`fw`, `f:<instance>`;
+//!   `lua/follow.lua`)
 //! - `{prefix}{t:<tenant>:s:<id>}:msgs` — list, the conversation (JSON each)
 //! - `{prefix}{t:<tenant>:s:<id>}:events` — stream, entry `0-<seq>`, field `e`
-//! - `{prefix}{t:<tenant>:s:<id>}:followers` — hash: instances following the
-//!   session elsewhere (`fw`, `f:<instance>`; `lua/follow.lua`)
 //! - `{prefix}replicas` — zset instance → heartbeat deadline (server ms)
 //! - `{prefix}owned:<instance>` — set of `tenant/id` the instance owns
 //! - `{prefix}orphans` — set of `tenant/id`: active, owned by nobody
@@ -108,9 +108,6 @@ impl Keys {
     }
     fn events(&self, key: &SessionKey) -> String {
         self.session(key, "events")
-    }
-    fn followers(&self, key: &SessionKey) -> String {
-        self.session(key, "followers")
     }
     fn replicas(&self) -> String {
         format!("{}replicas", self.prefix)
@@ -222,7 +219,6 @@ impl Notifications for RedisStore {
             .scripts
             .follow
             .key(self.keys.state(key))
-            .key(self.keys.followers(key))
             .arg(instance)
             .arg(if following { "1" } else { "0" })
             .invoke_async(&mut self.connection())
@@ -266,7 +262,6 @@ mod tests {
         assert_eq!(keys.state(&key), "sb:{t:acme:s:s1}:state");
         assert_eq!(keys.messages(&key), "sb:{t:acme:s:s1}:msgs");
         assert_eq!(keys.events(&key), "sb:{t:acme:s:s1}:events");
-        assert_eq!(keys.followers(&key), "sb:{t:acme:s:s1}:followers");
         assert_eq!(keys.replicas(), "sb:replicas");
         assert_eq!(keys.owned("a#1"), "sb:owned:a#1");
         assert_eq!(keys.relay("r1"), "sb:relay:r1");

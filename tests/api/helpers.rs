@@ -286,8 +286,9 @@ pub async fn spawn_replicas(n: usize, tweak: impl Fn(&mut AppOptions)) -> Vec<Te
 
 /// Every store key of `app`'s prefix with its serialized value (`DUMP`), to
 /// show that a refused request changed nothing. The instances' heartbeats
-/// (`{prefix}replicas`) and which instances follow a session (`:followers`,
-/// written by any stream) are left out.
+/// (`{prefix}replicas`) and which instances follow a session (the state
+/// hash's `fw` and `f:<instance>` fields, written by any stream) are left
+/// out: a state hash is compared by its other fields.
 pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String, Vec<u8>> {
     let client = redis::Client::open(redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -295,9 +296,17 @@ pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String,
     let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut conn).await.unwrap();
     let heartbeats = format!("{prefix}replicas");
     let mut snapshot = std::collections::BTreeMap::new();
-    for key in keys.into_iter().filter(|k| *k != heartbeats && !k.ends_with(":followers")) {
-        let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query_async(&mut conn).await.unwrap();
-        snapshot.insert(key, value.unwrap_or_default());
+    for key in keys.into_iter().filter(|k| *k != heartbeats) {
+        let value = if key.ends_with(":state") {
+            let fields: std::collections::BTreeMap<String, Vec<u8>> =
+                redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.unwrap();
+            let kept = fields.into_iter().filter(|(f, _)| f != "fw" && !f.starts_with("f:"));
+            kept.flat_map(|(f, v)| [f.into_bytes(), vec![0], v, vec![0]].concat()).collect()
+        } else {
+            let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query_async(&mut conn).await.unwrap();
+            value.unwrap_or_default()
+        };
+        snapshot.insert(key, value);
     }
     snapshot
 }

@@ -157,6 +157,7 @@ fn report(context: &Context, args: &Args, order: &Order, rows: &[Row], peak_rss:
         order.first.as_millis(),
         args.ramp_ms
     );
+    let _ = writeln!(w, "- gateway binary: `{}`", switchboard_load::procs::gateway_binary().display());
     let _ = writeln!(w, "- gateway peak resident memory over the run: {} KiB\n", int(peak_rss as f64));
 
     let _ = writeln!(w, "## Time to first token (ms)\n");

@@ -40,7 +40,6 @@ impl RedisStore {
             .key(self.keys.state(&commit.key))
             .key(self.keys.messages(&commit.key))
             .key(self.keys.events(&commit.key))
-            .key(self.keys.followers(&commit.key))
             .arg(kind)
             .arg(version)
             .arg(epoch)
