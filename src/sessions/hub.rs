@@ -108,16 +108,15 @@ impl EventHub {
             (entry.clone(), created)
         };
         if created {
-            // Subscribed first, then registered (commits announce their
-            // events from then on), then the follower's first read: nothing
-            // committed in between is missed.
+            // Subscribed and registered (commits announce their events from
+            // then on), both before the follower's first read: a commit
+            // before that read is in it, a commit after it is announced and
+            // heard. The two are independent (the subscription has its own
+            // connection), so they run at once: one round trip, not two.
             let notifications = &self.inner.store.notifications;
-            let watched = notifications.watch(key).await;
-            let registered = match watched {
-                Ok(()) => notifications.follow(key, &self.inner.instance, true).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = registered {
+            let (watched, registered) =
+                tokio::join!(notifications.watch(key), notifications.follow(key, &self.inner.instance, true));
+            if let Err(e) = watched.and(registered) {
                 // Followers still get events committed here, and re-read on gaps.
                 tracing::warn!(session = %key.id, error = %e, "cannot follow session; live events from other replicas may be late");
             }
