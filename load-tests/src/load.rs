@@ -18,10 +18,14 @@ pub struct Phase {
 }
 
 impl Phase {
-    /// Prepares `n` chats (untimed), then runs them, starting chat `i` at
-    /// `i * ramp / n`.
-    pub async fn run(target: &Target, order: &Order, n: usize, ramp: Duration) -> Result<Self> {
-        let prepared = futures::future::try_join_all((0..n).map(|_| target.prepare())).await?;
+    /// Prepares `n` chats (for the native API, creates their sessions).
+    pub async fn prepare(target: &Target, n: usize) -> Result<Vec<Option<String>>> {
+        futures::future::try_join_all((0..n).map(|_| target.prepare())).await
+    }
+
+    /// Runs the `prepared` chats, starting chat `i` of `n` at `i * ramp / n`.
+    pub async fn run(target: &Target, order: &Order, prepared: Vec<Option<String>>, ramp: Duration) -> Result<Self> {
+        let n = prepared.len();
         let started = Instant::now();
         let chats: Vec<_> = prepared
             .into_iter()

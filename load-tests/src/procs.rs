@@ -42,13 +42,7 @@ impl Proc {
 
     /// User plus system CPU time so far.
     pub fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        // Fields after the command name (which may hold spaces) in parens.
-        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-        // utime and stime are fields 14 and 15 of stat(5); here 11 and 12.
-        Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / clock_ticks() as f64)
+        cpu_of(&self.pid.to_string())
     }
 
     /// Resident memory, KiB (`VmRSS`).
@@ -70,6 +64,17 @@ impl Proc {
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
+}
+
+/// User plus system CPU time of `pid` (`self` for this process) so far.
+pub fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parens.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of stat(5); here 11 and 12.
+    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / clock_ticks() as f64)
 }
 
 fn status_field(pid: u32, name: &str) -> u64 {

@@ -98,6 +98,13 @@ impl Admin {
         })
     }
 
+    /// CPU time the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
+    pub async fn cpu(&mut self) -> Result<std::time::Duration> {
+        let cpu = self.info("cpu").await?;
+        let seconds = |name: &str| cpu.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        Ok(std::time::Duration::from_secs_f64(seconds("used_cpu_user") + seconds("used_cpu_sys")))
+    }
+
     /// `connected_clients` from `INFO clients`: every client of the server.
     pub async fn connected_clients(&mut self) -> Result<u64> {
         let clients = self.info("clients").await?;

@@ -14,7 +14,9 @@
 //! and what the gateway adds (gateway minus direct, percentile by
 //! percentile); chats that failed or lost text; tokens per second; CPU time
 //! of the gateway and of the mock per 1,000 tokens (from `/proc`); Redis
-//! commands per 100 tokens and per chat (`total_commands_processed`).
+//! commands per 100 tokens and per chat (`total_commands_processed`); the
+//! CPU time of every process (gateway, mock, Redis, this generator) against
+//! the phase's wall time, which shows when the shared cores are the limit.
 //! With `--pace-ms 0` and long answers the same report is the throughput
 //! scenario.
 
@@ -26,7 +28,7 @@ use switchboard_load::{
     load::Phase,
     machine::Context,
     mock::Order,
-    procs::{Gateway, GatewayOptions, Mock, token},
+    procs::{Gateway, GatewayOptions, Mock, cpu_of, token},
     redis_admin::{Admin, Counters},
     stats::{Summary, int, ms, rate},
     streams::{Dialect, Target, http_client},
@@ -66,6 +68,8 @@ struct Row {
     phase: Phase,
     gateway_cpu: Duration,
     mock_cpu: Duration,
+    redis_cpu: Duration,
+    generator_cpu: Duration,
     redis: Counters,
     chats: usize,
 }
@@ -118,22 +122,27 @@ async fn run(args: Args) -> Result<String> {
     // Warm-up: connections, caches, the gateway's first sessions.
     let warm = Order { tokens: 5, pace: Duration::ZERO, first: Duration::ZERO, tools: 0, gate: false };
     for &dialect in std::iter::once(&Dialect::Direct).chain(&dialects) {
-        Phase::run(&target(dialect), &warm, 50, Duration::from_millis(200)).await?;
+        let prepared = Phase::prepare(&target(dialect), 50).await?;
+        Phase::run(&target(dialect), &warm, prepared, Duration::from_millis(200)).await?;
     }
 
     let mut rows = Vec::new();
     for &streams in &args.streams {
         for &dialect in std::iter::once(&Dialect::Direct).chain(&dialects) {
             eprintln!("{streams} chats, {}", dialect.name());
-            let (gateway_cpu, mock_cpu) = (gateway.proc.cpu(), mock.proc.cpu());
-            let before = admin.counters().await?;
-            let phase = Phase::run(&target(dialect), &order, streams, ramp).await?;
+            let prepared = Phase::prepare(&target(dialect), streams).await?;
+            let (gateway_cpu, mock_cpu, generator_cpu) = (gateway.proc.cpu(), mock.proc.cpu(), cpu_of("self"));
+            let (before, redis_cpu) = (admin.counters().await?, admin.cpu().await?);
+            let phase = Phase::run(&target(dialect), &order, prepared, ramp).await?;
             let redis = admin.counters().await?.since(&before);
+            let redis_cpu = admin.cpu().await?.saturating_sub(redis_cpu);
             rows.push(Row {
                 streams,
                 dialect,
                 gateway_cpu: gateway.proc.cpu().saturating_sub(gateway_cpu),
                 mock_cpu: mock.proc.cpu().saturating_sub(mock_cpu),
+                redis_cpu,
+                generator_cpu: cpu_of("self").saturating_sub(generator_cpu),
                 redis,
                 chats: streams,
                 phase,
@@ -212,6 +221,29 @@ fn report(context: &Context, args: &Args, order: &Order, rows: &[Row], peak_rss:
             per_k(row.mock_cpu),
             row.redis.commands as f64 * 100.0 / tokens.max(1) as f64,
             row.redis.commands as f64 / row.chats.max(1) as f64,
+        );
+    }
+    let _ = writeln!(w, "\n## Where the CPU went (the machine has {} CPUs)\n", context.cpus);
+    let _ = writeln!(
+        w,
+        "CPU seconds of each process over the phase (from the first start to the last stream's end; native sessions are created before it), and their sum as cores busy over the phase's wall time.\n"
+    );
+    let _ = writeln!(w, "| chats | path | wall s | gateway | mock | Redis | generator | cores busy |");
+    let _ = writeln!(w, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let wall = row.phase.elapsed.as_secs_f64();
+        let all = row.gateway_cpu + row.mock_cpu + row.redis_cpu + row.generator_cpu;
+        let _ = writeln!(
+            w,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            row.streams,
+            row.dialect.name(),
+            wall,
+            row.gateway_cpu.as_secs_f64(),
+            row.mock_cpu.as_secs_f64(),
+            row.redis_cpu.as_secs_f64(),
+            row.generator_cpu.as_secs_f64(),
+            all.as_secs_f64() / wall.max(1e-9),
         );
     }
     for row in rows {
