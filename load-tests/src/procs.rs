@@ -60,6 +60,11 @@ impl Proc {
         status_field(self.pid, "Threads:")
     }
 
+    /// Sends SIGKILL (a lost host: no drain, no goodbye).
+    pub fn kill(&mut self) -> Result<()> {
+        Ok(self.child.start_kill()?)
+    }
+
     /// Whether it has exited.
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))

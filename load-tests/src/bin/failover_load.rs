@@ -1,0 +1,306 @@
+//! `failover_load`: kill -9 of a replica that owns many running chats, as
+//! the chats' clients see it. Prints a Markdown report on stdout (progress
+//! on stderr). See `load-tests/README.md`.
+//!
+//! Three gateway replicas (release binaries, processes of their own; lease
+//! TTL `--lease-ttl-secs`) share Redis and the mock model. `--chats` native
+//! turns start on A, each streaming `--tokens` tokens `--pace-ms` apart.
+//! Each client reads its turn's stream and, when the stream breaks before
+//! `turn_ended`, rejoins B or C (alternating) with `Last-Event-ID`, as a
+//! browser's EventSource would. Two phases with the same chats:
+//!
+//! 1. **baseline**: nobody is killed;
+//! 2. **kill**: once every chat has received `--tokens-before-kill` tokens,
+//!    A gets SIGKILL.
+//!
+//! Per phase: chats that ended `turn_ended`, seqs lost (a gap) or repeated
+//! across a client's connections, answers that differ from the ordered
+//! text once a `step_restarted` has voided its step's partial text, steps
+//! restarted, connections per chat, and the time from the kill to each
+//! chat's next event and to the last chat's end.
+
+use std::{
+    fmt::Write,
+    process::ExitCode,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::Value;
+use switchboard_load::{
+    Result,
+    machine::Context,
+    mock::Order,
+    native::Native,
+    procs::{Gateway, GatewayOptions, Mock, token},
+    redis_admin::Admin,
+    stats::{Summary, millis},
+    streams::http_client,
+};
+use tokio::sync::Notify;
+
+/// kill -9 of a replica owning many running chats: what their clients see.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "failover_load")]
+struct Args {
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Chats running on A when it is killed.
+    #[arg(long, default_value_t = 200)]
+    chats: usize,
+    /// Tokens per answer.
+    #[arg(long, default_value_t = 60)]
+    tokens: u32,
+    /// Milliseconds between tokens.
+    #[arg(long, default_value_t = 50)]
+    pace_ms: u64,
+    /// A is killed once every chat has received this many tokens.
+    #[arg(long, default_value_t = 10)]
+    tokens_before_kill: usize,
+    /// The replicas' `store.lease_ttl_secs`.
+    #[arg(long, default_value_t = 2)]
+    lease_ttl_secs: u64,
+}
+
+/// What one chat's client saw over all its connections.
+#[derive(Default)]
+struct Seen {
+    seqs: Vec<u64>,
+    /// Text per step as a client rebuilds it.
+    answer: String,
+    ended: bool,
+    /// Token frames received (a restarted step's included).
+    tokens: usize,
+    restarted_steps: usize,
+    connections: usize,
+    /// Arrival of the first event after the kill.
+    first_after_kill: Option<Instant>,
+    finished_at: Option<Instant>,
+    error: Option<String>,
+}
+
+impl Seen {
+    /// Records one event; for a token, how many tokens the chat has had.
+    fn record(&mut self, kind: &str, data: &Value, seq: Option<u64>, after_kill: bool) -> Option<usize> {
+        if let Some(seq) = seq {
+            self.seqs.push(seq);
+        }
+        if after_kill && self.first_after_kill.is_none() {
+            self.first_after_kill = Some(Instant::now());
+        }
+        match kind {
+            "text_delta" => {
+                self.answer.push_str(data["text"].as_str().unwrap_or_default());
+                self.tokens += 1;
+                return Some(self.tokens);
+            }
+            "step_restarted" => {
+                self.answer.clear();
+                self.restarted_steps += 1;
+            }
+            "turn_ended" => self.ended = true,
+            _ => {}
+        }
+        None
+    }
+
+    /// Repeated seqs and missing seqs, from the first seq seen to the last.
+    fn repeats_and_gaps(&self) -> (usize, usize) {
+        let (mut repeats, mut gaps) = (0, 0);
+        for pair in self.seqs.windows(2) {
+            if pair[1] <= pair[0] {
+                repeats += 1;
+            } else {
+                gaps += (pair[1] - pair[0] - 1) as usize;
+            }
+        }
+        (repeats, gaps)
+    }
+}
+
+struct Outcome {
+    name: &'static str,
+    seen: Vec<Seen>,
+    killed_at: Option<Instant>,
+    started: Instant,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("failover_load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<String> {
+    let mut context = Context::gather();
+    let mut admin = Admin::connect(&args.redis).await?;
+    context.redis_version = admin.version().await?;
+    let mock = Mock::start().await?;
+    let mut outcomes = Vec::new();
+    for (name, kill) in [("baseline (no kill)", false), ("A killed (SIGKILL)", true)] {
+        eprintln!("{name}");
+        let prefix = format!("sbload:{}:", uuid::Uuid::new_v4().simple());
+        let options = |id: &str| GatewayOptions {
+            replica_id: id.into(),
+            redis_url: args.redis.clone(),
+            key_prefix: prefix.clone(),
+            mock: mock.addr,
+            tool_permission: "allow",
+            extra_toml: String::new(),
+        };
+        let mut a = Gateway::start_with_lease(&options("a"), args.lease_ttl_secs).await?;
+        let b = Gateway::start_with_lease(&options("b"), args.lease_ttl_secs).await?;
+        let c = Gateway::start_with_lease(&options("c"), args.lease_ttl_secs).await?;
+        outcomes.push(phase(&args, name, kill, &mut a, [b.base(), c.base()]).await?);
+        admin.delete_prefix(&prefix).await?;
+    }
+    context.finish();
+    Ok(report(&context, &args, &outcomes))
+}
+
+async fn phase(args: &Args, name: &'static str, kill: bool, a: &mut Gateway, others: [String; 2]) -> Result<Outcome> {
+    let client = Native { http: http_client(), token: token()? };
+    let order = Order {
+        tokens: args.tokens,
+        pace: Duration::from_millis(args.pace_ms),
+        first: Duration::ZERO,
+        tools: 0,
+        gate: false,
+    };
+    let mut ids = Vec::with_capacity(args.chats);
+    for _ in 0..args.chats {
+        ids.push(client.create(&a.base(), "relay").await?);
+    }
+    let warmed = Arc::new(AtomicUsize::new(0));
+    let all_warm = Arc::new(Notify::new());
+    let killed = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let (client, a, rejoin) = (client.clone(), a.base(), others[i % 2].clone());
+        let (warmed, all_warm, killed, message) = (warmed.clone(), all_warm.clone(), killed.clone(), order.message());
+        let (chats, threshold) = (args.chats, args.tokens_before_kill);
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Seen::default();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut first = true;
+            while !seen.ended && Instant::now() < deadline {
+                let request = if first {
+                    client
+                        .http
+                        .post(format!("{a}/v1/sessions/{id}/messages"))
+                        .json(&serde_json::json!({"content": message}))
+                } else {
+                    let last = seen.seqs.last().copied().unwrap_or(0);
+                    client
+                        .http
+                        .get(format!("{rejoin}/v1/sessions/{id}/events"))
+                        .header("last-event-id", last.to_string())
+                };
+                seen.connections += 1;
+                let response = match request.bearer_auth(&client.token).send().await {
+                    Ok(r) if r.status().is_success() => r,
+                    Ok(r) if first => {
+                        seen.error = Some(format!("start: {}", r.status()));
+                        break;
+                    }
+                    _ => {
+                        first = false;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                first = false;
+                let mut events = response.bytes_stream().eventsource();
+                while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
+                    let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+                    let tokens = seen.record(&event.event, &data, event.id.parse().ok(), killed.get().is_some());
+                    if tokens == Some(threshold) && warmed.fetch_add(1, Ordering::SeqCst) + 1 == chats {
+                        all_warm.notify_one();
+                    }
+                    if event.event == "turn_ended" {
+                        break;
+                    }
+                }
+            }
+            seen.finished_at = Some(Instant::now());
+            seen
+        }));
+    }
+    let mut killed_at = None;
+    if kill {
+        tokio::time::timeout(Duration::from_secs(60), all_warm.notified())
+            .await
+            .map_err(|_| "the chats did not all reach the kill point within 60 s")?;
+        a.proc.kill()?;
+        let now = Instant::now();
+        let _ = killed.set(now);
+        killed_at = Some(now);
+        eprintln!("killed A after {:.2} s", started.elapsed().as_secs_f64());
+    }
+    let mut seen = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        seen.push(task.await?);
+    }
+    Ok(Outcome { name, seen, killed_at, started })
+}
+
+fn report(context: &Context, args: &Args, outcomes: &[Outcome]) -> String {
+    let expected: String = (1..=args.tokens).map(Order::token).collect();
+    let mut w = String::new();
+    context.write_header(&mut w, "kill -9 of a replica owning running chats", &args.redis);
+    let _ = writeln!(
+        w,
+        "- {} chats on A, {} tokens {} ms apart; A killed once every chat had {} tokens; lease TTL {} s; clients rejoin B or C with Last-Event-ID\n",
+        args.chats, args.tokens, args.pace_ms, args.tokens_before_kill, args.lease_ttl_secs
+    );
+    let _ = writeln!(
+        w,
+        "| phase | chats | ended `turn_ended` | seqs lost | seqs repeated | wrong answer | steps restarted | connections per chat (max) | kill → next event p50 / p99 / max (ms) | start → last chat ended (s) |"
+    );
+    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    for outcome in outcomes {
+        let ended = outcome.seen.iter().filter(|s| s.ended).count();
+        let (repeats, gaps) =
+            outcome.seen.iter().map(Seen::repeats_and_gaps).fold((0, 0), |(r, g), (r2, g2)| (r + r2, g + g2));
+        let wrong = outcome.seen.iter().filter(|s| s.answer != expected).count();
+        let restarted: usize = outcome.seen.iter().map(|s| s.restarted_steps).sum();
+        let connections = outcome.seen.iter().map(|s| s.connections).max().unwrap_or(0);
+        let after_kill = outcome.killed_at.and_then(|k| {
+            Summary::of(outcome.seen.iter().filter_map(|s| s.first_after_kill).map(|t| millis(t - k)).collect())
+        });
+        let after_kill = after_kill.map_or("—".into(), |s| format!("{:.0} / {:.0} / {:.0}", s.p50, s.p99, s.max));
+        let last = outcome
+            .seen
+            .iter()
+            .filter_map(|s| s.finished_at)
+            .max()
+            .map_or(0.0, |t| (t - outcome.started).as_secs_f64());
+        let _ = writeln!(
+            w,
+            "| {} | {} | {ended} | {gaps} | {repeats} | {wrong} | {restarted} | {connections} | {after_kill} | {last:.2} |",
+            outcome.name,
+            outcome.seen.len(),
+        );
+    }
+    for outcome in outcomes {
+        if let Some(e) = outcome.seen.iter().find_map(|s| s.error.as_deref()) {
+            let _ = writeln!(w, "\n- first error, {}: `{e}`", outcome.name);
+        }
+    }
+    w
+}
