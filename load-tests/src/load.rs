@@ -61,6 +61,11 @@ impl Phase {
         Summary::of(self.timings.iter().filter_map(|t| t.first_token).map(millis).collect())
     }
 
+    /// Times to the response headers, ms.
+    pub fn headers(&self) -> Option<Summary> {
+        Summary::of(self.timings.iter().filter_map(|t| t.headers).map(millis).collect())
+    }
+
     /// Times to the end of the stream, ms.
     pub fn total(&self) -> Option<Summary> {
         Summary::of(self.timings.iter().map(|t| millis(t.total)).collect())

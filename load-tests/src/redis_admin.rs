@@ -18,24 +18,26 @@ const USER_PASSWORD: &str = "bench";
 /// Server-wide counters, read before and after a phase.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Lua script calls (`cmdstat_evalsha`): appends, reads, state writes,
-    /// lease renewals and lease index updates.
+    /// Lua script calls (`cmdstat_evalsha`): commits, log reads, follower
+    /// registrations, heartbeats, quota and rate-limit scripts.
     pub evalsha: u64,
     /// `XADD`s, including those run inside scripts: events appended.
     pub xadd: u64,
-    /// `PUBLISH`es, including inside scripts: one per append script call.
+    /// `PUBLISH`es, including inside scripts: append notices (only while
+    /// another instance follows the session) and wake-ups.
     pub publish: u64,
     /// `XREVRANGE`s: one per `read_after.lua` call on a non-empty log.
     pub xrevrange: u64,
-    /// `HGET`s: one per `state_write.lua` call (create or CAS).
+    /// `HGET`s (run inside some scripts).
     pub hget: u64,
-    /// `PING`s: deadpool-redis pings (with an `UNWATCH`, one round trip) every
-    /// pooled connection it hands out again, so about one per store call.
+    /// `PING`s: health checks (`/readyz`); the store's connections are not
+    /// pinged per call.
     pub ping: u64,
     /// Socket reads by the server (`total_reads_processed`): about one per
     /// client round trip (a large pipeline can take more than one read).
     pub socket_reads: u64,
-    /// Every command executed (`total_commands_processed`).
+    /// Every command executed (`total_commands_processed`), those run inside
+    /// scripts included.
     pub commands: u64,
 }
 
@@ -96,6 +98,17 @@ impl Admin {
             socket_reads: stat("total_reads_processed"),
             commands: stat("total_commands_processed"),
         })
+    }
+
+    /// Round-trip times of `n` sequential `PING`s, ms.
+    pub async fn ping_times(&mut self, n: usize) -> Result<Vec<f64>> {
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            let _: String = redis::cmd("PING").query_async(&mut self.conn).await?;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok(times)
     }
 
     /// CPU time the Redis server has used (`used_cpu_user` + `used_cpu_sys`).

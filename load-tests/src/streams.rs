@@ -72,6 +72,9 @@ impl Dialect {
 /// What one stream delivered, and when.
 #[derive(Debug, Clone, Default)]
 pub struct Timing {
+    /// From the request to the response's headers (the gateway has started
+    /// the turn and subscribed to its events).
+    pub headers: Option<Duration>,
     /// From the request to the first token.
     pub first_token: Option<Duration>,
     /// From the request to the end of the stream.
@@ -166,6 +169,7 @@ impl Target {
 
     async fn read(&self, order: &Order, prepared: Option<&str>, started: Instant, timing: &mut Timing) -> Result<()> {
         let response = self.request(order, prepared).send().await?;
+        timing.headers = Some(started.elapsed());
         if !response.status().is_success() {
             return Err(format!("{}: {}", response.status(), response.text().await.unwrap_or_default()).into());
         }

@@ -150,12 +150,20 @@ async fn run(args: Args) -> Result<String> {
         }
     }
     let peak_rss = gateway.proc.peak_rss_kib();
+    let redis_rtt = Summary::of(admin.ping_times(1000).await?);
     admin.delete_prefix(&prefix).await?;
     context.finish();
-    Ok(report(&context, &args, &order, &rows, peak_rss))
+    Ok(report(&context, &args, &order, &rows, peak_rss, redis_rtt))
 }
 
-fn report(context: &Context, args: &Args, order: &Order, rows: &[Row], peak_rss: u64) -> String {
+fn report(
+    context: &Context,
+    args: &Args,
+    order: &Order,
+    rows: &[Row],
+    peak_rss: u64,
+    redis_rtt: Option<Summary>,
+) -> String {
     let mut w = String::new();
     context.write_header(&mut w, "Gateway overhead against the mock model", &args.redis);
     let _ = writeln!(
@@ -167,7 +175,14 @@ fn report(context: &Context, args: &Args, order: &Order, rows: &[Row], peak_rss:
         args.ramp_ms
     );
     let _ = writeln!(w, "- gateway binary: `{}`", switchboard_load::procs::gateway_binary().display());
-    let _ = writeln!(w, "- gateway peak resident memory over the run: {} KiB\n", int(peak_rss as f64));
+    let _ = writeln!(w, "- gateway peak resident memory over the run: {} KiB", int(peak_rss as f64));
+    if let Some(rtt) = redis_rtt {
+        let _ = writeln!(
+            w,
+            "- a Redis round trip (1,000 sequential PINGs from this generator, at the end): p50 {:.3} ms, p99 {:.3} ms\n",
+            rtt.p50, rtt.p99
+        );
+    }
 
     let _ = writeln!(w, "## Time to first token (ms)\n");
     let _ = writeln!(w, "| chats | path | p50 | p90 | p99 | added p50 | added p90 | added p99 | incomplete |");
@@ -175,6 +190,17 @@ fn report(context: &Context, args: &Args, order: &Order, rows: &[Row], peak_rss:
     for row in rows {
         let direct = baseline(rows, row.streams).and_then(Phase::first_token);
         write_percentiles(&mut w, order, row, row.phase.first_token(), direct);
+    }
+    let _ = writeln!(w, "\n## Time to the response's headers (ms)\n");
+    let _ = writeln!(
+        w,
+        "The gateway answers with headers once the turn is started (committed) and its stream subscribed; the first token comes after.\n"
+    );
+    let _ = writeln!(w, "| chats | path | p50 | p90 | p99 | added p50 | added p90 | added p99 | incomplete |");
+    let _ = writeln!(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let direct = baseline(rows, row.streams).and_then(Phase::headers);
+        write_percentiles(&mut w, order, row, row.phase.headers(), direct);
     }
     let _ = writeln!(w, "\n## Total time of a chat (ms)\n");
     let _ = writeln!(w, "| chats | path | p50 | p90 | p99 | added p50 | added p90 | added p99 | incomplete |");
