@@ -194,3 +194,39 @@ impl Target {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_dialect_finds_its_own_token_frames_only() {
+        let cases = [
+            (Dialect::Direct, "", r#"{"choices":[{"delta":{"content":"t1"}}]}"#, Some("t1")),
+            (Dialect::Direct, "", r#"{"choices":[{"delta":{}}],"usage":{}}"#, None),
+            (Dialect::Native, "text_delta", r#"{"text":"t1"}"#, Some("t1")),
+            (Dialect::Native, "message_completed", r#"{"content":"t1"}"#, None),
+            (Dialect::AiSdk, "", r#"{"type":"text-delta","id":"0","delta":"t1"}"#, Some("t1")),
+            (Dialect::AiSdk, "", r#"{"type":"text-start","id":"0"}"#, None),
+            (Dialect::LlmGateway, "text", r#"{"content":"t1"}"#, Some("t1")),
+            (Dialect::LlmGateway, "usage", r#"{"content":"t1"}"#, None),
+        ];
+        for (dialect, event, data, expected) in cases {
+            assert_eq!(dialect.token(event, data).as_deref(), expected, "{dialect:?} {event} {data}");
+        }
+    }
+
+    #[test]
+    fn a_chat_is_complete_only_with_every_token_in_order_and_no_error() {
+        let order = Order::parse("tokens:3");
+        let timing = |text: &str, error: Option<&str>| Timing {
+            text: text.into(),
+            error: error.map(str::to_string),
+            ..Timing::default()
+        };
+        assert!(timing("t1 t2 t3", None).complete(&order));
+        assert!(!timing("t1 t3", None).complete(&order));
+        assert!(!timing("t1 t2 t3 t3", None).complete(&order));
+        assert!(!timing("t1 t2 t3", Some("reset")).complete(&order));
+    }
+}

@@ -304,3 +304,50 @@ fn report(context: &Context, args: &Args, outcomes: &[Outcome]) -> String {
     }
     w
 }
+
+/// The checks themselves, on made-up streams: a check that cannot fail
+/// proves nothing.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn seen(events: &[(u64, &str, &str)]) -> Seen {
+        let mut seen = Seen::default();
+        for (seq, kind, text) in events {
+            seen.record(kind, &json!({"text": text}), Some(*seq), false);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_gapless_stream_across_a_rejoin_has_no_repeat_and_no_gap() {
+        let s =
+            seen(&[(1, "turn_started", ""), (2, "text_delta", "t1"), (3, "text_delta", " t2"), (4, "turn_ended", "")]);
+        assert_eq!(s.repeats_and_gaps(), (0, 0));
+        assert!(s.ended);
+        assert_eq!(s.answer, "t1 t2");
+    }
+
+    #[test]
+    fn a_replayed_event_is_a_repeat_and_a_skipped_one_a_gap() {
+        let repeat = seen(&[(1, "turn_started", ""), (2, "text_delta", "t1"), (2, "text_delta", "t1")]);
+        assert_eq!(repeat.repeats_and_gaps(), (1, 0));
+        let gap = seen(&[(1, "turn_started", ""), (2, "text_delta", "t1"), (5, "text_delta", " t2")]);
+        assert_eq!(gap.repeats_and_gaps(), (0, 2));
+    }
+
+    #[test]
+    fn a_restarted_step_voids_its_partial_text() {
+        let s = seen(&[
+            (1, "text_delta", "t1"),
+            (2, "text_delta", " t2"),
+            (3, "step_restarted", ""),
+            (4, "text_delta", "t1"),
+            (5, "text_delta", " t2"),
+            (6, "text_delta", " t3"),
+        ]);
+        assert_eq!((s.answer.as_str(), s.restarted_steps, s.tokens), ("t1 t2 t3", 1, 5));
+    }
+}
