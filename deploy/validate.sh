@@ -120,6 +120,19 @@ PY
             "$switchboard" check-config --config "$1"
     }
     step "cargo build (for check-config)" cargo build --quiet --locked --bin switchboard
+    # The image's build context: what deploy/Dockerfile COPYs (with the stub
+    # its first stage makes) must be a workspace cargo can load, every
+    # member's manifest included.
+    docker_context() {
+        local context="$scratch/docker-context" source
+        mkdir -p "$context"
+        while read -r source; do
+            cp -r --parents "$source" "$context/"
+        done < <(awk '/^COPY / && !/--from/ { for (i = 2; i < NF; i++) print $i }' deploy/Dockerfile)
+        mkdir -p "$context/load-tests/src" && touch "$context/load-tests/src/lib.rs"
+        (cd "$context" && cargo metadata --no-deps --offline --format-version 1 >/dev/null)
+    }
+    step "the Dockerfile's build context loads as a workspace" docker_context
     if [[ " ${failures[*]} " != *" cargo build (for check-config) "* ]]; then
         embedded_defaults() {
             env -u SWITCHBOARD_CONFIG "$switchboard" check-config
