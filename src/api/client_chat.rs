@@ -69,19 +69,19 @@ pub async fn proceed(
     conversation: &impl Conversation,
 ) -> Result<Proceeded, ApiError> {
     let id = conversation.chat_id();
-    match state.sessions.get(principal, id).await {
-        Ok(view) if view.session.status() == Status::AwaitingClient => {
-            let resume = conversation.answers(&view.session)?;
-            let started = state.sessions.resume(principal, id, resume).await?;
+    match state.sessions.load_for_command(principal, id).await {
+        Ok(loaded) if loaded.session().status() == Status::AwaitingClient => {
+            let resume = conversation.answers(loaded.session())?;
+            let started = state.sessions.resume_on(loaded, resume).await?;
             Ok(Proceeded { started, resumed: true })
         }
-        Ok(_) => {
+        Ok(loaded) => {
             let Some((message, _)) = conversation.turn() else {
                 return Err(ApiError::conflict(
                     "nothing waits for this request: the last message must be the user's text",
                 ));
             };
-            let started = state.sessions.start_turn(principal, id, message).await?;
+            let started = state.sessions.start_turn_on(loaded, message).await?;
             Ok(Proceeded { started, resumed: false })
         }
         Err(SessionError::NotFound) => {

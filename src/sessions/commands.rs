@@ -6,18 +6,44 @@
 //! in the session's inbox for its owner, who takes them up in its next
 //! commit.
 
-use super::{SessionError, Sessions, Started, fence_of};
+use super::{SessionError, Sessions, Started, fence_of, ownership};
 use crate::{
     auth::Principal,
-    domain::{Answers, ChatMessage, RelayDecision, Status},
-    store::{CancelRequest, Decided, SessionKey},
+    domain::{Answers, ChatMessage, RelayDecision, Session, Status},
+    store::{CancelRequest, Decided, Record, SessionKey},
 };
 
 /// How often a cancel of a paused session reads and tries again when the
 /// session changed between the read and the write.
 const WRITE_RETRIES: usize = 5;
 
+/// A session read for a command by its caller, who decides on its state
+/// (a chat request: resume the paused turn, or start one) and then acts on
+/// the same read: [`Sessions::start_turn_on`], [`Sessions::resume_on`].
+pub struct Loaded {
+    key: SessionKey,
+    record: Record,
+    session: Session,
+}
+
+impl Loaded {
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+}
+
 impl Sessions {
+    /// Reads a session for a command, with its conversation; an active one
+    /// whose owner is gone is taken over, as [`Sessions::get`] does.
+    pub async fn load_for_command(&self, principal: &Principal, id: &str) -> Result<Loaded, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        let (record, session) = self.load_visible(principal, &key, true).await?;
+        if session.status().is_active() {
+            ownership::take_over_if_orphaned(self, &key, &record).await;
+        }
+        Ok(Loaded { key, record, session })
+    }
+
     /// Starts a turn with a new user message on an idle, completed, failed
     /// or cancelled session, on this replica.
     pub async fn start_turn(
@@ -27,7 +53,13 @@ impl Sessions {
         message: ChatMessage,
     ) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
-        let (record, mut session) = self.load_visible(principal, &key, true).await?;
+        let (record, session) = self.load_visible(principal, &key, true).await?;
+        self.start_turn_on(Loaded { key, record, session }, message).await
+    }
+
+    /// [`Sessions::start_turn`] on a session the caller has read.
+    pub async fn start_turn_on(&self, loaded: Loaded, message: ChatMessage) -> Result<Started, SessionError> {
+        let Loaded { key, record, mut session } = loaded;
         let earlier = session.trace_parent().map(str::to_string);
         let events = session.start_turn(message, self.request_trace())?;
         self.activate(&key, Some(&record), session, events, earlier).await
@@ -38,7 +70,13 @@ impl Sessions {
     /// decision. Returns the continuation.
     pub async fn resume(&self, principal: &Principal, id: &str, answers: Answers) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
-        let (record, mut session) = self.load_visible(principal, &key, true).await?;
+        let (record, session) = self.load_visible(principal, &key, true).await?;
+        self.resume_on(Loaded { key, record, session }, answers).await
+    }
+
+    /// [`Sessions::resume`] on a session the caller has read.
+    pub async fn resume_on(&self, loaded: Loaded, answers: Answers) -> Result<Started, SessionError> {
+        let Loaded { key, record, mut session } = loaded;
         let earlier = session.trace_parent().map(str::to_string);
         let events = session.resume(&answers, self.request_trace())?;
         let dialect = session.dialect().to_string();

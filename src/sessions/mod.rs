@@ -36,16 +36,17 @@ use dashmap::DashMap;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use self::{
-    commit::{decode, fence_of, state_write},
-    run::Running,
-    writer::Writer,
-};
 pub use self::{
+    commands::Loaded,
     history::FindError,
     hub::{EventHub, FollowItem, Follower},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
+};
+use self::{
+    commit::{decode, fence_of, state_write},
+    run::Running,
+    writer::Writer,
 };
 use crate::{
     auth::Principal,
