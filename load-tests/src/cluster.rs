@@ -10,10 +10,11 @@ use serde_json::{Value, json};
 use switchboard::{app::Application, auth, config::Config, sessions::TurnRunner};
 use tokio::{sync::oneshot, task::JoinHandle};
 
-use crate::Result;
+use crate::{
+    Result,
+    procs::{SECRET, TENANT},
+};
 
-const TENANT: &str = "bench";
-const SECRET: &str = "switchboard-load-secret-0123456789";
 /// How long a stopping replica may take before it is abandoned.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 

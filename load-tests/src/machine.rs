@@ -40,6 +40,13 @@ impl Context {
         }
     }
 
+    /// [`Context::gather`] with the version of the Redis `admin` speaks to.
+    pub async fn gather_with(admin: &mut crate::redis_admin::Admin) -> crate::Result<Self> {
+        let mut context = Self::gather();
+        context.redis_version = admin.version().await?;
+        Ok(context)
+    }
+
     pub fn finish(&mut self) {
         self.load_end = load_average();
     }

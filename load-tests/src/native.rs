@@ -2,43 +2,38 @@
 //! turn (decide a relay, resume a pause, hold a stream open): create a
 //! session, start a turn, read its events one by one, decide, resume.
 
-use std::{pin::Pin, time::Duration};
-
-use eventsource_stream::Eventsource;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::{Result, procs::MODEL, streams::SILENCE};
+use crate::{Result, procs::MODEL, sse::Frames, streams::SILENCE};
 
 /// One SSE event of the native API.
 #[derive(Debug, Clone)]
 pub struct Event {
+    /// Its seq (the frame's `id:`), when it is a log event.
+    pub seq: Option<u64>,
     pub kind: String,
     pub data: Value,
 }
 
-type Events = Pin<Box<dyn Stream<Item = Result<Event>> + Send>>;
-
 /// A turn's open stream.
 pub struct Turn {
-    events: Events,
+    frames: Frames,
 }
 
 impl Turn {
     fn new(response: reqwest::Response) -> Self {
-        let events = response.bytes_stream().eventsource().map(|item| {
-            let event = item.map_err(|e| format!("SSE: {e}"))?;
-            Ok(Event { kind: event.event, data: serde_json::from_str(&event.data).unwrap_or(Value::Null) })
-        });
-        Self { events: Box::pin(events) }
+        Self { frames: Frames::with_silence(response, SILENCE) }
     }
 
     /// The next event; `None` when the stream ends.
     pub async fn next(&mut self) -> Result<Option<Event>> {
-        match tokio::time::timeout(SILENCE, self.events.next()).await {
-            Ok(event) => event.transpose(),
-            Err(_) => Err(format!("no event within {SILENCE:?}").into()),
-        }
+        let frame = self.frames.next().await?;
+        Ok(frame.map(|f| Event {
+            seq: f.id,
+            kind: f.event,
+            data: serde_json::from_str(&f.data).unwrap_or(Value::Null),
+        }))
     }
 
     /// Reads up to and including the first event of `kind`.
@@ -86,6 +81,15 @@ impl Native {
         Ok(Turn::new(response))
     }
 
+    /// Rejoins a session's events after `after` (`Last-Event-ID`), as a
+    /// browser's EventSource does when its stream breaks.
+    pub async fn rejoin(&self, base: &str, id: &str, after: u64) -> Result<Turn> {
+        let url = format!("{base}/v1/sessions/{id}/events");
+        let response =
+            self.http.get(&url).bearer_auth(&self.token).header("last-event-id", after.to_string()).send().await?;
+        Ok(Turn::new(success(&url, response).await?))
+    }
+
     /// Decides a live relay.
     pub async fn decide(&self, base: &str, id: &str, relay: &str, approved: bool) -> Result<()> {
         self.post(format!("{base}/v1/sessions/{id}/relays/{relay}"), &json!({"approved": approved})).await?;
@@ -100,12 +104,17 @@ impl Native {
 
     async fn post(&self, url: String, body: &Value) -> Result<reqwest::Response> {
         let response = self.http.post(&url).bearer_auth(&self.token).json(body).send().await?;
-        if !response.status().is_success() {
-            let status = response.status();
-            return Err(format!("{url}: {status}: {}", response.text().await.unwrap_or_default()).into());
-        }
-        Ok(response)
+        success(&url, response).await
     }
+}
+
+/// `response`, or its status and body as the error.
+async fn success(url: &str, response: reqwest::Response) -> Result<reqwest::Response> {
+    if !response.status().is_success() {
+        let status = response.status();
+        return Err(format!("{url}: {status}: {}", response.text().await.unwrap_or_default()).into());
+    }
+    Ok(response)
 }
 
 /// Runs `f` over `items` with at most `limit` at a time, in order.
@@ -116,6 +125,3 @@ where
 {
     futures::stream::iter(items.into_iter().map(f)).buffered(limit).collect().await
 }
-
-/// How long a whole scenario step may take before it is reported as stuck.
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(300);

@@ -5,8 +5,9 @@
 
 use std::{
     net::{SocketAddr, TcpListener},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::Stdio,
+    sync::LazyLock,
     time::{Duration, Instant},
 };
 
@@ -17,6 +18,8 @@ use tokio::{
 
 use crate::Result;
 
+/// The benchmarks' tenant and its HS256 secret (in-process replicas and
+/// gateway processes alike).
 pub const TENANT: &str = "bench";
 pub const SECRET: &str = "switchboard-load-secret-0123456789";
 /// The model alias the gateway serves from the mock.
@@ -36,10 +39,6 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
     /// User plus system CPU time so far.
     pub fn cpu(&self) -> Duration {
         cpu_of(&self.pid.to_string())
@@ -79,7 +78,7 @@ pub fn cpu_of(pid: &str) -> Duration {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
     // utime and stime are fields 14 and 15 of stat(5); here 11 and 12.
-    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / clock_ticks() as f64)
+    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / *CLOCK_TICKS as f64)
 }
 
 fn status_field(pid: u32, name: &str) -> u64 {
@@ -92,7 +91,8 @@ fn status_field(pid: u32, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn clock_ticks() -> u64 {
+/// Clock ticks per second of `/proc/<pid>/stat` times, asked once.
+static CLOCK_TICKS: LazyLock<u64> = LazyLock::new(|| {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -100,7 +100,7 @@ fn clock_ticks() -> u64 {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100)
-}
+});
 
 /// The mock model as a process.
 pub struct Mock {
@@ -123,11 +123,6 @@ impl Mock {
         let pid = child.id().ok_or("the mock's pid")?;
         Ok(Self { proc: Proc { child, pid }, addr })
     }
-
-    /// The OpenAI base URL: `http://ADDR/v1`.
-    pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
 }
 
 /// What a gateway replica is configured with.
@@ -137,27 +132,40 @@ pub struct GatewayOptions {
     pub redis_url: String,
     pub key_prefix: String,
     pub mock: SocketAddr,
-    /// `ask` (relays or pauses) or `allow`.
+    /// The `lookup` tool's permission: `allow` (the default), or `ask`
+    /// (relays or pauses).
     pub tool_permission: &'static str,
-    /// Appended to the configuration.
-    pub extra_toml: String,
+    /// `store.lease_ttl_secs` (default 10).
+    pub lease_ttl_secs: u64,
+}
+
+impl GatewayOptions {
+    /// Replica `replica_id` of a run whose replicas share `redis_url`,
+    /// `key_prefix` and the mock at `mock`.
+    pub fn new(replica_id: &str, redis_url: &str, key_prefix: &str, mock: SocketAddr) -> Self {
+        Self {
+            replica_id: replica_id.into(),
+            redis_url: redis_url.into(),
+            key_prefix: key_prefix.into(),
+            mock,
+            tool_permission: "allow",
+            lease_ttl_secs: 10,
+        }
+    }
 }
 
 /// The real gateway binary as a process.
 pub struct Gateway {
     pub proc: Proc,
     pub addr: SocketAddr,
-    _dir: TempDir,
+    /// Its configuration and log; kept after the run with `KEEP_LOGS`.
+    dir: tempfile::TempDir,
 }
 
 impl Gateway {
     pub async fn start(options: &GatewayOptions) -> Result<Self> {
-        Self::start_with_lease(options, 10).await
-    }
-
-    /// [`Gateway::start`] with a lease TTL of `lease_ttl_secs`.
-    pub async fn start_with_lease(options: &GatewayOptions, lease_ttl_secs: u64) -> Result<Self> {
-        let dir = TempDir::new(&format!("sbload-{}", options.replica_id))?;
+        let mut dir = tempfile::Builder::new().prefix(&format!("sbload-{}-", options.replica_id)).tempdir()?;
+        dir.disable_cleanup(std::env::var_os("KEEP_LOGS").is_some());
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         drop(listener);
@@ -170,7 +178,7 @@ shutdown_grace_secs = 1
 [store]
 redis_url = "{redis}"
 key_prefix = "{prefix}"
-lease_ttl_secs = {lease_ttl_secs}
+lease_ttl_secs = {lease}
 
 [agent]
 relay_timeout_secs = 3600
@@ -190,15 +198,13 @@ description = "Look up an order"
 parameters = {{ type = "object", properties = {{ id = {{ type = "string" }} }} }}
 url = "http://{mock}/tool"
 permission = "{permission}"
-
-{extra}
 "#,
             replica = options.replica_id,
             redis = options.redis_url,
             prefix = options.key_prefix,
             mock = options.mock,
             permission = options.tool_permission,
-            extra = options.extra_toml,
+            lease = options.lease_ttl_secs,
         );
         let path = dir.path().join("switchboard.toml");
         std::fs::write(&path, config)?;
@@ -210,7 +216,7 @@ permission = "{permission}"
         }
         let child = command.spawn().map_err(|e| format!("start switchboard (build it with --release): {e}"))?;
         let pid = child.id().ok_or("the gateway's pid")?;
-        let mut gateway = Self { proc: Proc { child, pid }, addr, _dir: dir };
+        let mut gateway = Self { proc: Proc { child, pid }, addr, dir };
         gateway.wait_ready().await?;
         Ok(gateway)
     }
@@ -236,12 +242,7 @@ permission = "{permission}"
     }
 
     pub fn log_path(&self) -> PathBuf {
-        self._dir.path().join("switchboard.log")
-    }
-
-    /// The log's lines that contain `needle`.
-    pub fn log_count(&self, needle: &str) -> usize {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default().lines().filter(|l| l.contains(needle)).count()
+        self.dir.path().join("switchboard.log")
     }
 
     /// The value of a metric line starting with `prefix` in `/metrics`, summed.
@@ -269,28 +270,4 @@ pub fn token() -> Result<String> {
     );
     let config = switchboard::config::Config::from_toml(&text, &|_| None).map_err(|e| format!("{e}"))?;
     Ok(switchboard::auth::mint_token(&config.tenants[TENANT], "loadgen", Duration::from_secs(24 * 3600), &[])?)
-}
-
-/// A directory removed when dropped (keeps its contents when `KEEP_LOGS` is
-/// set, for a look at the gateway's log after a run).
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(prefix: &str) -> Result<Self> {
-        let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&path)?;
-        Ok(Self(path))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::env::var_os("KEEP_LOGS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }

@@ -39,6 +39,8 @@ pub struct Counters {
     /// Every command executed (`total_commands_processed`), those run inside
     /// scripts included.
     pub commands: u64,
+    /// Bytes the server read from clients (`total_net_input_bytes`).
+    pub net_input: u64,
 }
 
 impl Counters {
@@ -52,6 +54,7 @@ impl Counters {
             ping: self.ping.saturating_sub(before.ping),
             socket_reads: self.socket_reads.saturating_sub(before.socket_reads),
             commands: self.commands.saturating_sub(before.commands),
+            net_input: self.net_input.saturating_sub(before.net_input),
         }
     }
 }
@@ -66,6 +69,12 @@ pub struct Connections {
 
 pub struct Admin {
     conn: MultiplexedConnection,
+}
+
+/// A key prefix of its own for one run (`sbload:<uuid>:`), deleted after it
+/// with [`Admin::delete_prefix`].
+pub fn run_prefix() -> String {
+    format!("sbload:{}:", uuid::Uuid::new_v4().simple())
 }
 
 impl Admin {
@@ -97,6 +106,7 @@ impl Admin {
             ping: calls("ping"),
             socket_reads: stat("total_reads_processed"),
             commands: stat("total_commands_processed"),
+            net_input: stat("total_net_input_bytes"),
         })
     }
 

@@ -33,22 +33,30 @@ type FrameStream = Pin<Box<dyn Stream<Item = Result<Frame>> + Send>>;
 
 pub struct Frames {
     inner: FrameStream,
+    /// Longest wait for one frame.
+    silence: Duration,
 }
 
 impl Frames {
     pub fn new(response: reqwest::Response) -> Self {
+        Self::with_silence(response, FRAME_TIMEOUT)
+    }
+
+    /// Frames of a stream that may stay silent up to `silence` (one held
+    /// open on purpose).
+    pub fn with_silence(response: reqwest::Response, silence: Duration) -> Self {
         let frames = response.bytes_stream().eventsource().map(|item| {
             let event = item.map_err(|e| format!("SSE stream: {e}"))?;
             Ok(Frame { id: event.id.parse().ok(), event: event.event, data: event.data })
         });
-        Self { inner: Box::pin(frames) }
+        Self { inner: Box::pin(frames), silence }
     }
 
     /// The next frame, `None` at the end of the stream.
     pub async fn next(&mut self) -> Result<Option<Frame>> {
-        match tokio::time::timeout(FRAME_TIMEOUT, self.inner.next()).await {
+        match tokio::time::timeout(self.silence, self.inner.next()).await {
             Ok(frame) => frame.transpose(),
-            Err(_) => Err(format!("no SSE frame within {FRAME_TIMEOUT:?}").into()),
+            Err(_) => Err(format!("no SSE frame within {:?}", self.silence).into()),
         }
     }
 }

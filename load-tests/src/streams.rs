@@ -5,17 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::{Result, mock::Order, procs::MODEL};
+use crate::{Result, mock::Order, native::Native, procs::MODEL, sse::Frames};
 
 /// Longest silence on a stream before it counts as failed.
 pub const SILENCE: Duration = Duration::from_secs(120);
 
-/// Who answers, and in which wire format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Who answers, and in which wire format (`--dialects native,ai-sdk,…`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Dialect {
     /// The mock model itself: OpenAI chunks.
     Direct,
@@ -28,16 +26,6 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    pub fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "direct" => Self::Direct,
-            "native" => Self::Native,
-            "ai-sdk" => Self::AiSdk,
-            "llm-gateway" => Self::LlmGateway,
-            other => return Err(format!("unknown dialect {other:?} (native, ai-sdk, llm-gateway)").into()),
-        })
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Self::Direct => "direct",
@@ -115,18 +103,8 @@ impl Target {
         if self.dialect != Dialect::Native {
             return Ok(None);
         }
-        let response = self
-            .http
-            .post(format!("{}/v1/sessions", self.base))
-            .bearer_auth(&self.token)
-            .json(&json!({"model": MODEL}))
-            .send()
-            .await?;
-        if !response.status().is_success() {
-            return Err(format!("create session: {}", response.status()).into());
-        }
-        let body: Value = response.json().await?;
-        Ok(Some(body["id"].as_str().ok_or("no session id")?.to_string()))
+        let client = Native { http: self.http.clone(), token: self.token.clone() };
+        Ok(Some(client.create(&self.base, "relay").await?))
     }
 
     /// The request of a chat ordering `order` (in the session `prepared`).
@@ -173,15 +151,10 @@ impl Target {
         if !response.status().is_success() {
             return Err(format!("{}: {}", response.status(), response.text().await.unwrap_or_default()).into());
         }
-        let mut events = response.bytes_stream().eventsource();
+        let mut frames = Frames::with_silence(response, SILENCE);
         let mut last = started;
-        loop {
-            let event = match tokio::time::timeout(SILENCE, events.next()).await {
-                Err(_) => return Err(format!("no frame within {SILENCE:?}").into()),
-                Ok(None) => return Ok(()),
-                Ok(Some(event)) => event.map_err(|e| format!("SSE: {e}"))?,
-            };
-            if let Some(text) = self.dialect.token(&event.event, &event.data) {
+        while let Some(frame) = frames.next().await? {
+            if let Some(text) = self.dialect.token(&frame.event, &frame.data) {
                 let now = Instant::now();
                 if timing.first_token.is_none() {
                     timing.first_token = Some(now - started);
@@ -192,6 +165,7 @@ impl Target {
                 timing.text.push_str(&text);
             }
         }
+        Ok(())
     }
 }
 

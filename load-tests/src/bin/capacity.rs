@@ -32,14 +32,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use switchboard_load::{
     Result,
     machine::Context,
     mock::Order,
     native::{Native, bounded},
     procs::{Gateway, GatewayOptions, Mock, token},
-    redis_admin::Admin,
+    redis_admin::{Admin, run_prefix},
     stats::int,
     streams::http_client,
 };
@@ -56,7 +56,7 @@ struct Args {
     chats: Vec<usize>,
     /// Kinds to measure: slow, relay.
     #[arg(long, value_delimiter = ',', default_value = "slow,relay")]
-    kinds: Vec<String>,
+    kinds: Vec<Kind>,
     /// Seconds of holding over which idle Redis commands are counted.
     #[arg(long, default_value_t = 10)]
     idle_secs: u64,
@@ -69,8 +69,26 @@ struct Args {
     lease_ttl_secs: u64,
 }
 
+/// What an open chat waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    /// The model's first token (held on the mock's gate).
+    Slow,
+    /// A live relay (a tool that asks for permission).
+    Relay,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Slow => "slow model",
+            Self::Relay => "relay-waiting",
+        }
+    }
+}
+
 struct Row {
-    kind: &'static str,
+    kind: Kind,
     chats: usize,
     opened: usize,
     open_secs: f64,
@@ -89,31 +107,16 @@ struct Row {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(report) => {
-            print!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("capacity: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    switchboard_load::exit("capacity", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<String> {
-    let mut context = Context::gather();
     let mut admin = Admin::connect(&args.redis).await?;
-    context.redis_version = admin.version().await?;
+    let mut context = Context::gather_with(&mut admin).await?;
     let mut rows = Vec::new();
     for &chats in &args.chats {
-        for kind in &args.kinds {
-            let kind = match kind.as_str() {
-                "slow" => "slow model",
-                "relay" => "relay-waiting",
-                other => return Err(format!("unknown kind {other:?} (slow, relay)").into()),
-            };
-            eprintln!("{chats} chats, {kind}");
+        for &kind in &args.kinds {
+            eprintln!("{chats} chats, {}", kind.name());
             rows.push(phase(&args, &mut admin, kind, chats).await?);
         }
     }
@@ -123,25 +126,22 @@ async fn run(args: Args) -> Result<String> {
 
 /// One fresh gateway and mock, `chats` chats of `kind` opened, held,
 /// measured and released.
-async fn phase(args: &Args, admin: &mut Admin, kind: &'static str, chats: usize) -> Result<Row> {
+async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Result<Row> {
     let mock = Mock::start().await?;
-    let prefix = format!("sbload:{}:", uuid::Uuid::new_v4().simple());
+    let prefix = run_prefix();
     let options = GatewayOptions {
-        replica_id: "a".into(),
-        redis_url: args.redis.clone(),
-        key_prefix: prefix.clone(),
-        mock: mock.addr,
         tool_permission: "ask",
-        extra_toml: String::new(),
+        lease_ttl_secs: args.lease_ttl_secs,
+        ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr)
     };
-    let gateway = Gateway::start_with_lease(&options, args.lease_ttl_secs).await?;
+    let gateway = Gateway::start(&options).await?;
     let http = http_client();
     let client = Native { http: http.clone(), token: token()? };
-    let relay = kind == "relay-waiting";
+    let relay = kind == Kind::Relay;
     let order = Order { tokens: 5, pace: Duration::ZERO, first: Duration::ZERO, tools: u32::from(relay), gate: !relay };
     let base = gateway.base();
 
-    // Sessions first (untimed), then a warm-up chat for the baseline memory.
+    // Sessions first (untimed), then memory before any turn runs.
     let ids: Vec<String> = bounded((0..chats).collect(), args.concurrency, |_| client.create(&base, "relay"))
         .await
         .into_iter()
@@ -255,7 +255,7 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
     let _ = writeln!(w, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         let per = |after: u64, before: u64| (after.saturating_sub(before)) as f64 / row.opened.max(1) as f64;
-        let mock = if row.kind == "slow model" {
+        let mock = if row.kind == Kind::Slow {
             format!("{:.1}", per(row.mock_rss_open, row.mock_rss_before))
         } else {
             "—".into()
@@ -263,7 +263,7 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
         let _ = writeln!(
             w,
             "| {} | {} | {} | {:.1} | {} → {} | {:.1} | {} | {} | {:.4} | {} | {} | {:.1} |",
-            row.kind,
+            row.kind.name(),
             int(row.chats as f64),
             int(row.opened as f64),
             row.open_secs,
@@ -280,7 +280,7 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
     }
     for row in rows {
         if let Some(e) = &row.first_error {
-            let _ = writeln!(w, "\n- first error, {} {}: `{e}`", row.chats, row.kind);
+            let _ = writeln!(w, "\n- first error, {} {}: `{e}`", row.chats, row.kind.name());
         }
     }
     w

@@ -37,6 +37,7 @@ use switchboard::{
 use switchboard_load::{
     Result,
     machine::Context,
+    redis_admin::{Admin, run_prefix},
     stats::{Summary, int},
 };
 
@@ -83,21 +84,13 @@ impl Measured {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(report) => {
-            print!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("checkpoint: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    switchboard_load::exit("checkpoint", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<String> {
-    let mut context = Context::gather();
-    let prefix = format!("sbbench:{}:", uuid::Uuid::new_v4().simple());
+    let mut admin = Admin::connect(&args.redis).await?;
+    let mut context = Context::gather_with(&mut admin).await?;
+    let prefix = run_prefix();
     let config = StoreConfig {
         redis_url: Some(args.redis.clone()),
         key_prefix: prefix.clone(),
@@ -108,15 +101,14 @@ async fn run(args: Args) -> Result<String> {
     let (tx, _notices) = tokio::sync::mpsc::channel(1024);
     let store = Store::open(&config, tx, Default::default())?;
     let mut conn = redis::Client::open(args.redis.as_str())?.get_multiplexed_async_connection().await?;
-    context.redis_version = redis_version(&mut conn).await?;
     let mut rows = Vec::new();
     for &n in &args.sizes {
         eprintln!("checkpoint: {n} messages");
-        let now = measure_now(&store, &mut conn, n, &args).await?;
-        let before = measure_before(&mut conn, &prefix, n, &args).await?;
+        let now = measure_now(&store, &mut admin, n, &args).await?;
+        let before = measure_before(&mut conn, &mut admin, &prefix, n, &args).await?;
         rows.push((n, now, before));
     }
-    let deleted = delete_prefix(&mut conn, &prefix).await?;
+    let deleted = admin.delete_prefix(&prefix).await?;
     eprintln!("checkpoint: deleted {deleted} keys");
     context.finish();
 
@@ -190,7 +182,7 @@ fn encoded_messages(messages: &[ChatMessage]) -> Result<Vec<String>> {
     Ok(messages.iter().map(serde_json::to_string).collect::<std::result::Result<_, _>>()?)
 }
 
-async fn measure_now(store: &Store, conn: &mut MultiplexedConnection, n: usize, args: &Args) -> Result<Measured> {
+async fn measure_now(store: &Store, admin: &mut Admin, n: usize, args: &Args) -> Result<Measured> {
     let key = SessionKey::new("bench", format!("now{n}"));
     let mut session = session(n, args.message_bytes)?;
     let mut create = Commit::new(key.clone(), Fence::Absent, INSTANCE);
@@ -202,7 +194,7 @@ async fn measure_now(store: &Store, conn: &mut MultiplexedConnection, n: usize, 
     let (text, output) = ("z".repeat(args.message_bytes), "y".repeat(args.message_bytes));
     let main = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
     let (mut sent, mut micros) = (0usize, Vec::with_capacity(args.commits));
-    let read_before = net_input(conn).await?;
+    let read_before = admin.counters().await?.net_input;
     for i in 0..args.commits {
         let events = tool_round(&mut session, i, &text, &output)?;
         let mut commit =
@@ -223,7 +215,7 @@ async fn measure_now(store: &Store, conn: &mut MultiplexedConnection, n: usize, 
         micros.push(started.elapsed().as_secs_f64() * 1e6);
         session.conversation_saved();
     }
-    Measured::per_commit(sent, net_input(conn).await? - read_before, micros)
+    Measured::per_commit(sent, admin.counters().await?.net_input - read_before, micros)
 }
 
 /// The bytes of a commit's arguments: what `commit.lua` is sent besides
@@ -237,7 +229,13 @@ fn commit_bytes(commit: &Commit) -> usize {
     state + messages + commit.events.iter().map(String::len).sum::<usize>()
 }
 
-async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize, args: &Args) -> Result<Measured> {
+async fn measure_before(
+    conn: &mut MultiplexedConnection,
+    admin: &mut Admin,
+    prefix: &str,
+    n: usize,
+    args: &Args,
+) -> Result<Measured> {
     let key = SessionKey::new("bench", format!("before{n}"));
     let script = Script::new(OLD_STATE_WRITE);
     let state = format!("{prefix}{{t:{}:s:{}}}:state", key.tenant, key.id);
@@ -268,7 +266,7 @@ async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize
     let first: i64 = invoke("create", 0, &document(&session)?).invoke_async(conn).await?;
     let (text, output) = ("z".repeat(args.message_bytes), "y".repeat(args.message_bytes));
     let (mut sent, mut micros, mut version) = (0usize, Vec::with_capacity(args.commits), first as u64);
-    let read_before = net_input(conn).await?;
+    let read_before = admin.counters().await?.net_input;
     for i in 0..args.commits {
         tool_round(&mut session, i, &text, &output)?;
         let doc = document(&session)?;
@@ -281,28 +279,5 @@ async fn measure_before(conn: &mut MultiplexedConnection, prefix: &str, n: usize
         }
         version = written as u64;
     }
-    Measured::per_commit(sent, net_input(conn).await? - read_before, micros)
-}
-
-/// Redis' count of the bytes it has read from clients.
-async fn net_input(conn: &mut MultiplexedConnection) -> Result<u64> {
-    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await?;
-    let value = info
-        .lines()
-        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
-        .ok_or("no total_net_input_bytes in INFO stats")?;
-    Ok(value.trim().parse()?)
-}
-
-async fn redis_version(conn: &mut MultiplexedConnection) -> Result<String> {
-    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    Ok(info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("unknown").trim().to_string())
-}
-
-async fn delete_prefix(conn: &mut MultiplexedConnection, prefix: &str) -> Result<usize> {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await?;
-    for key in &keys {
-        redis::cmd("DEL").arg(key).query_async::<()>(conn).await?;
-    }
-    Ok(keys.len())
+    Measured::per_commit(sent, admin.counters().await?.net_input - read_before, micros)
 }

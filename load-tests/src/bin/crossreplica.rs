@@ -25,7 +25,7 @@ use switchboard_load::{
     mock::Order,
     native::{Native, Turn},
     procs::{Gateway, GatewayOptions, Mock, token},
-    redis_admin::Admin,
+    redis_admin::{Admin, run_prefix},
     stats::{Summary, millis},
     streams::http_client,
 };
@@ -54,31 +54,17 @@ struct Samples {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(report) => {
-            print!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("crossreplica: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    switchboard_load::exit("crossreplica", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<String> {
-    let mut context = Context::gather();
     let mut admin = Admin::connect(&args.redis).await?;
-    context.redis_version = admin.version().await?;
+    let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
-    let prefix = format!("sbload:{}:", uuid::Uuid::new_v4().simple());
+    let prefix = run_prefix();
     let options = |id: &str| GatewayOptions {
-        replica_id: id.into(),
-        redis_url: args.redis.clone(),
-        key_prefix: prefix.clone(),
-        mock: mock.addr,
         tool_permission: "ask",
-        extra_toml: String::new(),
+        ..GatewayOptions::new(id, &args.redis, &prefix, mock.addr)
     };
     let (a, b) = (Gateway::start(&options("a")).await?, Gateway::start(&options("b")).await?);
     let client = Native { http: http_client(), token: token()? };

@@ -30,8 +30,6 @@ use std::{
 };
 
 use clap::Parser;
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::Value;
 use switchboard_load::{
     Result,
@@ -39,7 +37,7 @@ use switchboard_load::{
     mock::Order,
     native::Native,
     procs::{Gateway, GatewayOptions, Mock, token},
-    redis_admin::Admin,
+    redis_admin::{Admin, run_prefix},
     stats::{Summary, millis},
     streams::http_client,
 };
@@ -133,38 +131,24 @@ struct Outcome {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(report) => {
-            print!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("failover_load: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    switchboard_load::exit("failover_load", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<String> {
-    let mut context = Context::gather();
     let mut admin = Admin::connect(&args.redis).await?;
-    context.redis_version = admin.version().await?;
+    let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
     let mut outcomes = Vec::new();
     for (name, kill) in [("baseline (no kill)", false), ("A killed (SIGKILL)", true)] {
         eprintln!("{name}");
-        let prefix = format!("sbload:{}:", uuid::Uuid::new_v4().simple());
+        let prefix = run_prefix();
         let options = |id: &str| GatewayOptions {
-            replica_id: id.into(),
-            redis_url: args.redis.clone(),
-            key_prefix: prefix.clone(),
-            mock: mock.addr,
-            tool_permission: "allow",
-            extra_toml: String::new(),
+            lease_ttl_secs: args.lease_ttl_secs,
+            ..GatewayOptions::new(id, &args.redis, &prefix, mock.addr)
         };
-        let mut a = Gateway::start_with_lease(&options("a"), args.lease_ttl_secs).await?;
-        let b = Gateway::start_with_lease(&options("b"), args.lease_ttl_secs).await?;
-        let c = Gateway::start_with_lease(&options("c"), args.lease_ttl_secs).await?;
+        let mut a = Gateway::start(&options("a")).await?;
+        let b = Gateway::start(&options("b")).await?;
+        let c = Gateway::start(&options("c")).await?;
         outcomes.push(phase(&args, name, kill, &mut a, [b.base(), c.base()]).await?);
         admin.delete_prefix(&prefix).await?;
     }
@@ -199,40 +183,32 @@ async fn phase(args: &Args, name: &'static str, kill: bool, a: &mut Gateway, oth
             let deadline = Instant::now() + Duration::from_secs(120);
             let mut first = true;
             while !seen.ended && Instant::now() < deadline {
-                let request = if first {
-                    client
-                        .http
-                        .post(format!("{a}/v1/sessions/{id}/messages"))
-                        .json(&serde_json::json!({"content": message}))
-                } else {
-                    let last = seen.seqs.last().copied().unwrap_or(0);
-                    client
-                        .http
-                        .get(format!("{rejoin}/v1/sessions/{id}/events"))
-                        .header("last-event-id", last.to_string())
-                };
                 seen.connections += 1;
-                let response = match request.bearer_auth(&client.token).send().await {
-                    Ok(r) if r.status().is_success() => r,
-                    Ok(r) if first => {
-                        seen.error = Some(format!("start: {}", r.status()));
+                let turn = if first {
+                    client.send(&a, &id, &message).await
+                } else {
+                    client.rejoin(&rejoin, &id, seen.seqs.last().copied().unwrap_or(0)).await
+                };
+                let mut turn = match turn {
+                    Ok(turn) => turn,
+                    Err(e) if first => {
+                        seen.error = Some(format!("start: {e}"));
                         break;
                     }
-                    _ => {
-                        first = false;
+                    Err(_) => {
+                        // Not answered yet (the replica is gone, the session
+                        // not yet taken over): try again, as EventSource does.
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
                 };
                 first = false;
-                let mut events = response.bytes_stream().eventsource();
-                while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
-                    let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-                    let tokens = seen.record(&event.event, &data, event.id.parse().ok(), killed.get().is_some());
+                while let Ok(Some(event)) = turn.next().await {
+                    let tokens = seen.record(&event.kind, &event.data, event.seq, killed.get().is_some());
                     if tokens == Some(threshold) && warmed.fetch_add(1, Ordering::SeqCst) + 1 == chats {
                         all_warm.notify_one();
                     }
-                    if event.event == "turn_ended" {
+                    if event.kind == "turn_ended" {
                         break;
                     }
                 }

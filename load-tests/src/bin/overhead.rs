@@ -29,7 +29,7 @@ use switchboard_load::{
     machine::Context,
     mock::Order,
     procs::{Gateway, GatewayOptions, Mock, cpu_of, token},
-    redis_admin::{Admin, Counters},
+    redis_admin::{Admin, Counters, run_prefix},
     stats::{Summary, int, ms, rate},
     streams::{Dialect, Target, http_client},
 };
@@ -46,7 +46,7 @@ struct Args {
     streams: Vec<usize>,
     /// Dialects to measure through the gateway.
     #[arg(long, value_delimiter = ',', default_value = "native,ai-sdk,llm-gateway")]
-    dialects: Vec<String>,
+    dialects: Vec<Dialect>,
     /// Tokens per answer.
     #[arg(long, default_value_t = 20)]
     tokens: u32,
@@ -76,20 +76,10 @@ struct Row {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(report) => {
-            print!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("overhead: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    switchboard_load::exit("overhead", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<String> {
-    let dialects = args.dialects.iter().map(|d| Dialect::parse(d)).collect::<Result<Vec<_>>>()?;
     let order = Order {
         tokens: args.tokens,
         pace: Duration::from_millis(args.pace_ms),
@@ -98,20 +88,11 @@ async fn run(args: Args) -> Result<String> {
         gate: false,
     };
     let ramp = Duration::from_millis(args.ramp_ms);
-    let mut context = Context::gather();
     let mut admin = Admin::connect(&args.redis).await?;
-    context.redis_version = admin.version().await?;
+    let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
-    let prefix = format!("sbload:{}:", uuid::Uuid::new_v4().simple());
-    let options = GatewayOptions {
-        replica_id: "a".into(),
-        redis_url: args.redis.clone(),
-        key_prefix: prefix.clone(),
-        mock: mock.addr,
-        tool_permission: "allow",
-        extra_toml: String::new(),
-    };
-    let gateway = Gateway::start(&options).await?;
+    let prefix = run_prefix();
+    let gateway = Gateway::start(&GatewayOptions::new("a", &args.redis, &prefix, mock.addr)).await?;
     let http = http_client();
     let token = token()?;
     let target = |dialect| {
@@ -121,14 +102,14 @@ async fn run(args: Args) -> Result<String> {
 
     // Warm-up: connections, caches, the gateway's first sessions.
     let warm = Order { tokens: 5, pace: Duration::ZERO, first: Duration::ZERO, tools: 0, gate: false };
-    for &dialect in std::iter::once(&Dialect::Direct).chain(&dialects) {
+    for &dialect in std::iter::once(&Dialect::Direct).chain(&args.dialects) {
         let prepared = Phase::prepare(&target(dialect), 50).await?;
         Phase::run(&target(dialect), &warm, prepared, Duration::from_millis(200)).await?;
     }
 
     let mut rows = Vec::new();
     for &streams in &args.streams {
-        for &dialect in std::iter::once(&Dialect::Direct).chain(&dialects) {
+        for &dialect in std::iter::once(&Dialect::Direct).chain(&args.dialects) {
             eprintln!("{streams} chats, {}", dialect.name());
             let prepared = Phase::prepare(&target(dialect), streams).await?;
             let (gateway_cpu, mock_cpu, generator_cpu) = (gateway.proc.cpu(), mock.proc.cpu(), cpu_of("self"));
