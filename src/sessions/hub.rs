@@ -17,7 +17,7 @@ use std::sync::{
 };
 
 use dashmap::DashMap;
-use tokio::sync::{Mutex, broadcast, mpsc};
+use tokio::sync::{Mutex, OnceCell, broadcast, mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use super::follower::Follower;
@@ -52,6 +52,9 @@ pub(super) struct Feed {
     /// log once (a fill before that would read the whole log).
     last_seq: Mutex<Option<u64>>,
     followers: AtomicUsize,
+    /// Set once the key is watched and this instance registered as a
+    /// follower; every follower waits for it before its first read.
+    subscribed: OnceCell<()>,
 }
 
 #[derive(Clone)]
@@ -94,33 +97,37 @@ impl EventHub {
         Follower::new(self.clone(), key, feed, live, after, idle)
     }
 
-    /// The feed of `key`, created (and the key watched) for its first follower.
+    /// The feed of `key`, created (and the key watched) for its first
+    /// follower; a follower that finds it being created waits for that.
     async fn feed(&self, key: &SessionKey) -> Arc<Feed> {
-        let (feed, created) = {
+        let feed = {
             let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| {
                 Arc::new(Feed {
                     tx: broadcast::channel(FEED_CAPACITY).0,
                     last_seq: Mutex::new(None),
                     followers: AtomicUsize::new(0),
+                    subscribed: OnceCell::new(),
                 })
             });
-            let created = entry.followers.fetch_add(1, Ordering::SeqCst) == 0;
-            (entry.clone(), created)
+            entry.followers.fetch_add(1, Ordering::SeqCst);
+            entry.clone()
         };
-        if created {
-            // Subscribed and registered (commits announce their events from
-            // then on), both before the follower's first read: a commit
-            // before that read is in it, a commit after it is announced and
-            // heard. The two are independent (the subscription has its own
-            // connection), so they run at once: one round trip, not two.
-            let notifications = &self.inner.store.notifications;
-            let (watched, registered) =
-                tokio::join!(notifications.watch(key), notifications.follow(key, &self.inner.instance, true));
-            if let Err(e) = watched.and(registered) {
-                // Followers still get events committed here, and re-read on gaps.
-                tracing::warn!(session = %key.id, error = %e, "cannot follow session; live events from other replicas may be late");
-            }
-        }
+        // Subscribed and registered (commits announce their events from then
+        // on), both before any follower's first read: a commit before that
+        // read is in it, a commit after it is announced and heard. The two
+        // are independent (the subscription has its own connection), so they
+        // run at once: one round trip, not two.
+        feed.subscribed
+            .get_or_init(|| async {
+                let notifications = &self.inner.store.notifications;
+                let (watched, registered) =
+                    tokio::join!(notifications.watch(key), notifications.follow(key, &self.inner.instance, true));
+                if let Err(e) = watched.and(registered) {
+                    // Followers still get events committed here, and re-read on gaps.
+                    tracing::warn!(session = %key.id, error = %e, "cannot follow session; live events from other replicas may be late");
+                }
+            })
+            .await;
         feed
     }
 
