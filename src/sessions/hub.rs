@@ -92,31 +92,38 @@ impl EventHub {
     /// Follows the session's log after `after` (see [`Follower`]); `idle`:
     /// the session was not running when the follow began.
     pub async fn follow(&self, key: SessionKey, after: u64, idle: bool) -> Follower {
-        let feed = self.feed(&key).await;
+        let feed = self.join(&key);
         let live = feed.tx.subscribe();
-        Follower::new(self.clone(), key, feed, live, after, idle)
+        // Made before the wait, so a follow abandoned while its feed
+        // subscribes releases the feed (the follower's drop does).
+        let follower = Follower::new(self.clone(), key.clone(), feed.clone(), live, after, idle);
+        self.subscribe(&key, &feed).await;
+        follower
     }
 
-    /// The feed of `key`, created (and the key watched) for its first
-    /// follower; a follower that finds it being created waits for that.
-    async fn feed(&self, key: &SessionKey) -> Arc<Feed> {
-        let feed = {
-            let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| {
-                Arc::new(Feed {
-                    tx: broadcast::channel(FEED_CAPACITY).0,
-                    last_seq: Mutex::new(None),
-                    followers: AtomicUsize::new(0),
-                    subscribed: OnceCell::new(),
-                })
-            });
-            entry.followers.fetch_add(1, Ordering::SeqCst);
-            entry.clone()
-        };
-        // Subscribed and registered (commits announce their events from then
-        // on), both before any follower's first read: a commit before that
-        // read is in it, a commit after it is announced and heard. The two
-        // are independent (the subscription has its own connection), so they
-        // run at once: one round trip, not two.
+    /// The feed of `key`, created for its first follower, with one more
+    /// follower counted.
+    fn join(&self, key: &SessionKey) -> Arc<Feed> {
+        let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| {
+            Arc::new(Feed {
+                tx: broadcast::channel(FEED_CAPACITY).0,
+                last_seq: Mutex::new(None),
+                followers: AtomicUsize::new(0),
+                subscribed: OnceCell::new(),
+            })
+        });
+        entry.followers.fetch_add(1, Ordering::SeqCst);
+        entry.clone()
+    }
+
+    /// Waits until `feed`'s key is watched and this instance registered as
+    /// its follower (the first follower makes it so; later ones wait for
+    /// it). Commits announce their events from then on, so both come before
+    /// any follower's first read: a commit before that read is in it, a
+    /// commit after it is announced and heard. The two are independent (the
+    /// subscription has its own connection), so they run at once: one round
+    /// trip, not two.
+    async fn subscribe(&self, key: &SessionKey, feed: &Feed) {
         feed.subscribed
             .get_or_init(|| async {
                 let notifications = &self.inner.store.notifications;
@@ -128,7 +135,6 @@ impl EventHub {
                 }
             })
             .await;
-        feed
     }
 
     /// A follower of `key` is done with `feed`; the last one out unwatches
