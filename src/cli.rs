@@ -1,4 +1,4 @@
-//! The command line of DESIGN.md: `serve` (the default), `token` and
+//! The command line of DESIGN.md: `serve` (the default), `token`, `key` and
 //! `check-config`. Each subcommand loads the configuration the same way.
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -40,6 +40,18 @@ pub enum Command {
         #[arg(long = "scope")]
         scopes: Vec<String>,
     },
+    /// Print a new random API key (first line) and the `api_keys` entry that
+    /// accepts it (second line: paste it into the tenant's `api_keys`, or its
+    /// `api_keys_file`). Only the entry's SHA-256 goes into configuration.
+    Key {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        subject: String,
+        /// A scope to grant (repeatable), e.g. sessions:admin.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
     /// Validate the configuration and report every error with its path.
     CheckConfig,
 }
@@ -48,8 +60,26 @@ pub async fn run(cli: Cli) -> ExitCode {
     let config = Config::load(cli.config.as_deref(), &config::process_env);
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(config).await,
+        Command::Key { tenant, subject, scopes } => {
+            match &config {
+                Ok(config) if !config.tenants.contains_key(&tenant) => {
+                    eprintln!(
+                        "note: no tenant {tenant:?} in the configuration yet; add the entry to it when you add it"
+                    );
+                }
+                Ok(_) => {}
+                Err(_) => eprintln!("note: the configuration does not load; the key is printed anyway"),
+            }
+            let (key, entry) = auth::new_api_key(&subject, &scopes);
+            println!("{key}");
+            println!("{entry}");
+            ExitCode::SUCCESS
+        }
         Command::CheckConfig => match config {
             Ok(config) => {
+                for warning in config.warnings() {
+                    eprintln!("warning: {warning}");
+                }
                 println!(
                     "configuration ok: {} tenant(s), {} model(s), {} tool(s), {} store",
                     config.tenants.len(),
@@ -106,6 +136,9 @@ async fn serve_with(config: Result<Config, ConfigErrors>, traces: bool) -> ExitC
         Ok(config) => config,
         Err(errors) => return report(&errors),
     };
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     if config.uses_builtin_dev_secret {
         tracing::warn!(
             "tenant `dev` signs tokens with the built-in development secret; \

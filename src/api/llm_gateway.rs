@@ -31,16 +31,21 @@ use crate::{
     sessions::{NewSession, SessionError},
 };
 
-/// `GET /models`: the tenant's model aliases and the default one.
+/// `GET /models`: the tenant's model aliases and patterns, and the model
+/// requests without one get (`defaultModel`, absent when there is none).
 pub async fn list_models(State(state): State<AppState>, principal: Principal) -> Result<Json<Value>, ApiError> {
     let models = super::visible_models(&state, &principal)?;
-    Ok(Json(json!({"models": models, "defaultModel": models.first()})))
+    let mut body = json!({"models": models});
+    if let Some(default) = state.config.default_model(&principal.tenant) {
+        body["defaultModel"] = json!(default);
+    }
+    Ok(Json(body))
 }
 
 /// `POST /chat`: a fresh session on the conversation, streamed as llm-gateway SSE.
 pub async fn chat(State(state): State<AppState>, principal: Principal, body: Bytes) -> Result<Response, ApiError> {
     let request = ChatRequest::parse(&body).map_err(ApiError::bad_request)?;
-    super::check_model(&state, &principal, &request.model)?;
+    let model = super::model_or_default(&state, &principal, request.model.as_deref())?;
     let agent = &state.config.agent;
     // A request may lower the server's limits, not raise them.
     let max_iterations = request.max_iterations.unwrap_or(agent.max_iterations).min(agent.max_iterations);
@@ -51,7 +56,7 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
         approval: ApprovalMode::Relay,
         ..SessionOptions::default()
     };
-    let new = NewSession { id: None, model: request.model, dialect: "llm-gateway", options };
+    let new = NewSession { id: None, model, dialect: "llm-gateway", options };
     let started = state.sessions.start_conversation(&principal, new, request.history, request.message).await?;
     let id = started.id().to_string();
     let follower = state.sessions.follow_started(started).await;
@@ -88,7 +93,8 @@ fn not_found(error: SessionError) -> ApiError {
 /// A validated `POST /chat` body.
 #[derive(Debug)]
 struct ChatRequest {
-    model: String,
+    /// `None`: the tenant's default model.
+    model: Option<String>,
     /// Every message before the last.
     history: Vec<ChatMessage>,
     /// The last message: the user's, which starts the turn.
@@ -112,7 +118,7 @@ struct RawChat {
 impl ChatRequest {
     fn parse(body: &[u8]) -> Result<Self, String> {
         let raw: RawChat = from_json(body)?;
-        let model = raw.model.filter(|m| !m.is_empty()).ok_or("`model` is required")?;
+        let model = raw.model.filter(|m| !m.is_empty());
         match raw.mode.as_deref() {
             None | Some("agent") => {}
             Some("rlm") => {
@@ -268,7 +274,6 @@ mod tests {
     #[test]
     fn bad_conversations_are_refused_with_a_reason() {
         let cases = [
-            (json!({"messages": [{"role": "user", "content": "x"}]}), "`model` is required"),
             (json!({"model": "m"}), "`messages` is required"),
             (json!({"model": "m", "messages": []}), "must not be empty"),
             (json!({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}), "from the user"),

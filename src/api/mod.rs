@@ -45,42 +45,43 @@ pub async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
 }
 
-/// The model aliases the caller's tenant may use, in name order.
+/// The model aliases and patterns the caller's tenant may use, as written.
 fn visible_models(state: &AppState, principal: &crate::auth::Principal) -> Result<Vec<String>, ApiError> {
     let tenant =
         state.config.tenants.get(&*principal.tenant).ok_or_else(|| ApiError::unauthorized("unknown tenant"))?;
     Ok(tenant.visible_models(&state.config.models).into_iter().map(str::to_string).collect())
 }
 
-/// Refuses a model alias the caller's tenant may not use, listing those it may.
+/// Refuses a model id that names no configured model (alias or pattern)
+/// the caller's tenant may use, listing those it may.
 fn check_model(state: &AppState, principal: &crate::auth::Principal, model: &str) -> Result<(), ApiError> {
-    let allowed = visible_models(state, principal)?;
-    if allowed.iter().any(|m| m == model) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            crate::error::ErrorCode::UnknownModel,
-            format!("unknown model {model:?}; allowed: {}", allowed.join(", ")),
-        ))
+    let tenant =
+        state.config.tenants.get(&*principal.tenant).ok_or_else(|| ApiError::unauthorized("unknown tenant"))?;
+    if state.config.model(model).is_some_and(|m| tenant.allows(m.key)) {
+        return Ok(());
     }
+    let allowed = visible_models(state, principal)?;
+    Err(ApiError::new(
+        crate::error::ErrorCode::UnknownModel,
+        format!("unknown model {model:?}; allowed: {}", allowed.join(", ")),
+    ))
 }
 
-/// The model a request names (checked), or the tenant's first.
+/// The model a request names (checked), or the tenant's `default_model`
+/// (see [`crate::config::Config::default_model`]); neither is a 400.
 fn model_or_default(
     state: &AppState,
     principal: &crate::auth::Principal,
     model: Option<&str>,
 ) -> Result<String, ApiError> {
-    match model {
-        Some(model) => {
-            check_model(state, principal, model)?;
-            Ok(model.to_string())
-        }
-        None => visible_models(state, principal)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| ApiError::bad_request("this tenant has no model to use")),
-    }
+    let model = match model.filter(|m| !m.is_empty()) {
+        Some(model) => model,
+        None => state.config.default_model(&principal.tenant).ok_or_else(|| {
+            ApiError::bad_request("no model given, and no default_model is configured for this tenant")
+        })?,
+    };
+    check_model(state, principal, model)?;
+    Ok(model.to_string())
 }
 
 /// Frontend tools may not shadow server tools (or the `agent` tool), and

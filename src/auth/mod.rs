@@ -1,7 +1,17 @@
-//! Authentication: bearer JWT → [`Principal`], deny by default.
+//! Authentication: a bearer JWT or an API key → [`Principal`], deny by
+//! default.
 //!
 //! [`require_auth`] wraps the whole router; only [`PUBLIC_PATHS`] pass without
-//! a token, so a new route is protected unless it is added to that list.
+//! a credential, so a new route is protected unless it is added to that list
+//! — or unless the deployment opts in to anonymous requests on a dialect's
+//! routes (`[anonymous]`, [`route_dialect`]): a request that sends *no*
+//! credential there acts as the configured tenant and subject; one that
+//! sends a bad credential is still refused.
+//!
+//! Credentials: `X-API-Key: <key>`, or `Authorization: Bearer <credential>`
+//! where a credential shaped like a JWT (three base64url segments, the
+//! first a JSON header) is verified as a token and anything else as an API
+//! key (`api_keys.rs`).
 //!
 //! A token names its tenant in the `tenant` claim; it is then verified with
 //! *that tenant's* keys only (a token of tenant B that claims to be tenant A
@@ -16,6 +26,7 @@
 //! background and when a token names an unknown `kid`. Tokens and key
 //! material are never logged.
 
+mod api_keys;
 mod jwks;
 mod keys;
 #[cfg(test)]
@@ -40,12 +51,13 @@ use jsonwebtoken::{EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+pub use self::api_keys::{ApiKeyRing, RELOAD_INTERVAL};
 use self::{
     jwks::JwksSource,
     keys::{ClaimRules, VerifyKey},
 };
 use crate::{
-    config::{Config, TenantConfig},
+    config::{Anonymous, Config, Dialect, TenantConfig},
     error::ApiError,
 };
 
@@ -105,16 +117,20 @@ impl TenantKeys {
     }
 }
 
-/// Verifies tokens against the configured tenants' keys.
+/// Verifies tokens against the configured tenants' keys, and API keys.
 pub struct Authenticator {
     tenants: HashMap<String, TenantKeys>,
+    api_keys: Arc<ApiKeyRing>,
+    anonymous: Option<Anonymous>,
     refreshing: AtomicBool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
-    #[error("missing bearer token")]
+    #[error("missing credentials: send Authorization: Bearer <token or API key>, or X-API-Key: <key>")]
     Missing,
+    #[error("unknown API key")]
+    UnknownApiKey,
     #[error("malformed token")]
     Malformed,
     #[error("token has expired")]
@@ -130,13 +146,19 @@ impl Authenticator {
         let needs_http = config.tenants.values().any(|t| t.jwt.jwks.is_some());
         let http = needs_http.then(jwks_client);
         let tenants = config.tenants.values().map(|t| (t.id.clone(), TenantKeys::new(t, http.as_ref()))).collect();
-        Self { tenants, refreshing: AtomicBool::new(false) }
+        Self {
+            tenants,
+            api_keys: Arc::new(ApiKeyRing::from_config(config)),
+            anonymous: config.anonymous.clone(),
+            refreshing: AtomicBool::new(false),
+        }
     }
 
     /// Starts one background task per tenant with a JWKS URL: it fetches the
     /// keys at once and then every `jwks_refresh_secs`, until `shutdown` is
-    /// cancelled. The tasks run on `tasks`, so waiting on the tracker waits
-    /// for them. Calls after the first do nothing.
+    /// cancelled; and one that re-reads `api_keys_file`s. The tasks run on
+    /// `tasks`, so waiting on the tracker waits for them. Calls after the
+    /// first do nothing.
     pub fn start_refresh(&self, tasks: &TaskTracker, shutdown: CancellationToken) {
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
@@ -144,6 +166,29 @@ impl Authenticator {
         for source in self.tenants.values().filter_map(|t| t.jwks.as_ref()) {
             tasks.spawn(source.refresher(shutdown.clone()));
         }
+        self.api_keys.start_reload(tasks, shutdown);
+    }
+
+    /// Who a request's credential names. `credential` is what it sent (a
+    /// token or a key), `path` its route, for the anonymous routes.
+    pub async fn authenticate(&self, credential: Option<&Credential>, path: &str) -> Result<Principal, AuthError> {
+        match credential {
+            Some(Credential::ApiKey(key)) => self.api_keys.verify(key).ok_or(AuthError::UnknownApiKey),
+            Some(Credential::Bearer(token)) if looks_like_jwt(token) => self.verify(token).await,
+            Some(Credential::Bearer(key)) => self.api_keys.verify(key).ok_or(AuthError::UnknownApiKey),
+            None => self.anonymous_for(path).ok_or(AuthError::Missing),
+        }
+    }
+
+    /// The anonymous principal, if `path` is a route the deployment opened.
+    fn anonymous_for(&self, path: &str) -> Option<Principal> {
+        let anonymous = self.anonymous.as_ref()?;
+        let dialect = route_dialect(path)?;
+        anonymous.routes.contains(&dialect).then(|| Principal {
+            tenant: Arc::from(anonymous.tenant.as_str()),
+            subject: anonymous.subject.clone(),
+            scopes: Vec::new(),
+        })
     }
 
     /// Verifies `token` with the tenant's configured keys and its JWKS keys.
@@ -205,6 +250,23 @@ fn jwks_client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// A new random API key (`sbk_` and 32 random bytes, base64url) and the
+/// `api_keys` entry, as TOML, that accepts it for `subject`.
+pub fn new_api_key(subject: &str, scopes: &[String]) -> (String, String) {
+    use base64::Engine as _;
+    let bytes: [u8; 32] = rand::random();
+    let key = format!("sbk_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes));
+    let digest = hex::encode(crate::config::access::digest(&key));
+    let subject = toml::Value::String(subject.to_string());
+    let mut entry = format!("{{ sha256 = \"{digest}\", subject = {subject}");
+    if !scopes.is_empty() {
+        let scopes = toml::Value::Array(scopes.iter().cloned().map(toml::Value::String).collect());
+        entry.push_str(&format!(", scopes = {scopes}"));
+    }
+    entry.push_str(" }");
+    (key, entry)
+}
+
 /// Why [`mint_token`] could not sign.
 #[derive(Debug, thiserror::Error)]
 pub enum MintError {
@@ -242,8 +304,48 @@ pub fn mint_token(tenant: &TenantConfig, subject: &str, ttl: Duration, scopes: &
     Ok(jsonwebtoken::encode(&header, &body, &EncodingKey::from_secret(secret.expose().as_bytes()))?)
 }
 
-/// Middleware: verifies the bearer token of every non-public request and
-/// puts the [`Principal`] in the request's extensions.
+/// What a request presents. Never logged (no `Debug`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `X-API-Key: <key>`.
+    ApiKey(String),
+    /// `Authorization: Bearer <token or key>`.
+    Bearer(String),
+}
+
+/// The header that carries an API key (Holmes deployments send it).
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The dialect whose routes `path` belongs to, for `[anonymous] routes`.
+pub fn route_dialect(path: &str) -> Option<Dialect> {
+    let under = |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'));
+    if under("/api") {
+        Some(Dialect::Holmes)
+    } else if under("/chat") || path == "/models" || path == "/summarize" {
+        Some(Dialect::LlmGateway)
+    } else if under("/v1/sessions") {
+        Some(Dialect::Native)
+    } else if under("/v1/ai-sdk") {
+        Some(Dialect::AiSdk)
+    } else if under("/v1/ag-ui") {
+        Some(Dialect::AgUi)
+    } else if under("/v1/zot") {
+        Some(Dialect::Zot)
+    } else {
+        None
+    }
+}
+
+/// A bearer credential shaped like a JWT: three base64url segments, the
+/// first a JSON object (`eyJ` is `{"` encoded). Anything else is an API key.
+fn looks_like_jwt(credential: &str) -> bool {
+    let segments: Vec<&str> = credential.split('.').collect();
+    let base64url = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    segments.len() == 3 && segments[0].starts_with("eyJ") && segments.iter().all(|s| base64url(s))
+}
+
+/// Middleware: authenticates every non-public request and puts the
+/// [`Principal`] in the request's extensions.
 pub async fn require_auth(
     State(auth): State<Arc<Authenticator>>,
     mut request: Request,
@@ -252,9 +354,12 @@ pub async fn require_auth(
     if PUBLIC_PATHS.contains(&request.uri().path()) {
         return Ok(next.run(request).await);
     }
-    let verified = match bearer(&request).map(str::to_owned) {
-        Some(token) => auth.verify(&token).await,
-        None => Err(AuthError::Missing),
+    // Owned: the request (whose body is not `Sync`) is not borrowed across
+    // the verification.
+    let path = request.uri().path().to_owned();
+    let verified = match credential(&request) {
+        Ok(credential) => auth.authenticate(credential.as_ref(), &path).await,
+        Err(e) => Err(e),
     };
     let principal = verified.map_err(|e| ApiError::unauthorized(e.to_string()))?;
     tracing::Span::current().record(crate::telemetry::attributes::TENANT, &*principal.tenant);
@@ -262,10 +367,23 @@ pub async fn require_auth(
     Ok(next.run(request).await)
 }
 
-fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+/// The request's credential: `X-API-Key` if sent, else a bearer
+/// `Authorization`. A header that is present but unusable (another scheme,
+/// an empty value) is malformed, not missing: it never falls through to
+/// the anonymous routes.
+fn credential(request: &Request) -> Result<Option<Credential>, AuthError> {
+    if let Some(value) = request.headers().get(API_KEY_HEADER) {
+        let key = value.to_str().map(str::trim).map_err(|_| AuthError::Malformed)?;
+        return if key.is_empty() { Err(AuthError::Malformed) } else { Ok(Some(Credential::ApiKey(key.to_owned()))) };
+    }
+    let Some(value) = request.headers().get(header::AUTHORIZATION) else { return Ok(None) };
+    let value = value.to_str().map_err(|_| AuthError::Malformed)?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(AuthError::Malformed);
+    }
+    Ok(Some(Credential::Bearer(token.to_owned())))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Principal {

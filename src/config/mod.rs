@@ -11,10 +11,19 @@
 //! This module does not watch files or reload: a changed file takes effect at
 //! the next start.
 
+pub mod access;
+mod models;
 mod raw;
 mod validate;
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
+
+pub use self::{
+    access::{Anonymous, ApiKey, ApiKeys, Dialect},
+    models::{
+        ModelConfig, PATTERN_SUFFIX, Prices, ProviderKind, Resilience, ResolvedModel, pattern_prefix, resolve_key,
+    },
+};
 
 /// Looks up an environment variable. Passed explicitly so tests can supply
 /// their own environment instead of mutating the process's.
@@ -42,9 +51,12 @@ pub struct Config {
     pub on_store_error: StoreFailure,
     /// Tenants by id.
     pub tenants: BTreeMap<String, TenantConfig>,
-    /// Model aliases (what requests name) to their provider settings.
+    /// Model aliases and patterns (what requests name) to their provider
+    /// settings; [`Config::model`] resolves a requested id.
     pub models: BTreeMap<String, ModelConfig>,
     pub tools: Vec<ToolConfig>,
+    /// Credential-less requests on chosen routes (off when `None`).
+    pub anonymous: Option<Anonymous>,
     /// True when the dev tenant signs with [`BUILTIN_DEV_SECRET`].
     pub uses_builtin_dev_secret: bool,
 }
@@ -115,12 +127,19 @@ pub struct AgentConfig {
     pub max_iterations: u32,
     pub max_depth: u32,
     pub relay_timeout: Duration,
+    /// The model of requests that name none, for tenants without their own
+    /// `default_model` that may use it.
+    pub default_model: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub struct TenantConfig {
     pub id: String,
+    /// Token keys; empty (no keys, no JWKS) for a tenant that uses API keys only.
     pub jwt: JwtConfig,
+    pub api_keys: ApiKeys,
+    /// The model of requests that name none (wins over `agent.default_model`).
+    pub default_model: Option<String>,
     pub rate_limit: Option<RateLimitConfig>,
     /// Aliases this tenant may use; `None` means all configured models.
     pub models: Option<Vec<String>>,
@@ -130,16 +149,21 @@ pub struct TenantConfig {
 }
 
 impl TenantConfig {
-    /// The model aliases visible to this tenant, in name order.
+    /// The model aliases and patterns visible to this tenant, as written.
     pub fn visible_models<'a>(&'a self, all: &'a BTreeMap<String, ModelConfig>) -> Vec<&'a str> {
         match &self.models {
             Some(list) => list.iter().map(String::as_str).collect(),
             None => all.keys().map(String::as_str).collect(),
         }
     }
+
+    /// May this tenant use the configured model `key` (an alias or pattern)?
+    pub fn allows(&self, key: &str) -> bool {
+        self.models.as_ref().is_none_or(|list| list.iter().any(|m| m == key))
+    }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct JwtConfig {
     /// Static verification keys in configuration order; the `hs256_secret`
     /// shorthand, when set, comes first (as a key without `kid`).
@@ -217,59 +241,6 @@ pub enum StoreFailure {
     FailClosed,
     /// Let the request through, counted in metrics and logged.
     FailOpen,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    OpenAiCompatible,
-    Anthropic,
-    Demo,
-}
-
-#[derive(Debug, Clone)]
-pub struct ModelConfig {
-    pub alias: String,
-    pub provider: ProviderKind,
-    pub base_url: String,
-    /// The provider's model id (what is sent upstream).
-    pub model: String,
-    pub api_key: Option<Secret>,
-    pub context_window: u32,
-    pub max_output_tokens: u32,
-    pub resilience: Resilience,
-    /// After a takeover, continue a step cut short from its last durable
-    /// text (Anthropic prefill; `continue_final_message` on
-    /// OpenAI-compatible servers that have it, such as vLLM) instead of
-    /// generating it again.
-    pub continue_partial: bool,
-}
-
-/// How a provider guards each upstream call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resilience {
-    /// TCP + TLS connect.
-    pub connect_timeout: Duration,
-    /// From sending the request to the first streamed event.
-    pub first_byte_timeout: Duration,
-    /// Longest silence between two streamed events.
-    pub idle_timeout: Duration,
-    /// Retries after the first attempt; only before the first event.
-    pub max_retries: u32,
-    /// First backoff; doubled per retry, with jitter. `Retry-After` wins
-    /// when the upstream sends one.
-    pub retry_base: Duration,
-}
-
-impl Default for Resilience {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(10),
-            first_byte_timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(60),
-            max_retries: 2,
-            retry_base: Duration::from_millis(250),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -406,6 +377,39 @@ impl Config {
 
     pub fn tool(&self, name: &str) -> Option<&ToolConfig> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// What an operator should know before running this configuration
+    /// (`check-config` prints them, start-up logs them).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(anonymous) = &self.anonymous {
+            let routes: Vec<&str> = anonymous.routes.iter().map(|d| d.as_str()).collect();
+            warnings.push(format!(
+                "anonymous access is on: requests without credentials on the {} routes act as subject {:?} of \
+                 tenant {:?}",
+                routes.join(", "),
+                anonymous.subject,
+                anonymous.tenant
+            ));
+        }
+        warnings
+    }
+
+    /// The model a requested id names: an exact alias, else a pattern
+    /// (`openai/*` serves `openai/X` with upstream id `X`).
+    pub fn model(&self, id: &str) -> Option<ResolvedModel<'_>> {
+        models::resolve(&self.models, id)
+    }
+
+    /// The model id `tenant`'s requests get when they name none: its own
+    /// `default_model`, else `agent.default_model` if it may use that.
+    pub fn default_model(&self, tenant: &str) -> Option<&str> {
+        let tenant = self.tenants.get(tenant)?;
+        tenant.default_model.as_deref().or_else(|| {
+            let id = self.agent.default_model.as_deref()?;
+            self.model(id).is_some_and(|m| tenant.allows(m.key)).then_some(id)
+        })
     }
 }
 

@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::ConfigErrors;
+use super::{
+    ConfigErrors,
+    access::{RawAnonymous, RawApiKey},
+};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct RawConfig {
@@ -28,6 +31,7 @@ pub struct RawConfig {
     pub models: BTreeMap<String, RawModel>,
     #[serde(default)]
     pub tools: Vec<RawTool>,
+    pub anonymous: Option<RawAnonymous>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +64,7 @@ pub struct RawAgent {
     pub max_iterations: Option<u32>,
     pub max_depth: Option<u32>,
     pub relay_timeout_secs: Option<u64>,
+    pub default_model: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -72,6 +77,11 @@ pub struct RawTenant {
     /// The tenant's own provider keys, by model alias.
     #[serde(default)]
     pub credentials: BTreeMap<String, RawCredential>,
+    pub default_model: Option<String>,
+    #[serde(default)]
+    pub api_keys: Vec<RawApiKey>,
+    /// A TOML file of more `api_keys` entries, re-read when it changes.
+    pub api_keys_file: Option<String>,
 }
 
 /// Where a provider key comes from: an environment variable or a file (a
@@ -142,6 +152,13 @@ pub struct RawModel {
     pub max_retries: Option<u32>,
     pub retry_base_ms: Option<u64>,
     pub continue_partial: Option<bool>,
+    pub prices: Option<RawPrices>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawPrices {
+    pub input_per_million: Option<f64>,
+    pub output_per_million: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -49,12 +49,13 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
     let Some(task) = arguments.get("task").and_then(Value::as_str) else {
         return ToolOutcome::error("the agent tool needs a \"task\" string");
     };
-    let Some(provider) = context.providers.get(&context.tenant, &context.model_alias) else {
+    let resolved = context.config.model(&context.model_alias);
+    let Some((model, provider)) =
+        resolved.and_then(|m| Some((context.providers.get(&context.tenant, m.key)?, m.config))).map(|(p, m)| (m, p))
+    else {
         return ToolOutcome::error("the session's model is not configured");
     };
-    let Some(model) = context.config.models.get(&context.model_alias) else {
-        return ToolOutcome::error("the session's model is not configured");
-    };
+    let model = &*model;
     let agent = AgentRef {
         agent_id: format!("agent_{}", uuid::Uuid::new_v4().simple()),
         parent_id: Some(call.id.clone()),

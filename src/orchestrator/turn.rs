@@ -94,11 +94,12 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
 
 async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<End, SessionError> {
     let (alias, tenant) = (handle.session().model().to_string(), handle.session().tenant().to_string());
-    let (Some(model), Some(provider)) =
-        (orchestrator.config.models.get(&alias), orchestrator.providers.get(&tenant, &alias))
+    let resolved = orchestrator.config.model(&alias);
+    let Some((model, provider)) = resolved.and_then(|m| Some((m.config, orchestrator.providers.get(&tenant, m.key)?)))
     else {
         return Ok(End::failed(FailureCode::UnknownModel, format!("the model {alias:?} is not configured")));
     };
+    let model = &*model;
     let max_iterations =
         handle.session().options().max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
     loop {

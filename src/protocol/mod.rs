@@ -16,10 +16,7 @@ pub mod native;
 mod testing;
 pub mod zot;
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 pub use crate::domain::events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
 use crate::{config::ModelConfig, domain::Session};
@@ -35,7 +32,7 @@ pub struct Limits {
 /// [`Limits`] by model alias, built once from the configuration; encoders
 /// look up the alias a session's events or stored document name.
 #[derive(Debug, Clone, Default)]
-pub struct ModelLimits(Arc<HashMap<String, Limits>>);
+pub struct ModelLimits(Arc<BTreeMap<String, Limits>>);
 
 impl ModelLimits {
     pub fn of(models: &BTreeMap<String, ModelConfig>) -> Self {
@@ -46,8 +43,9 @@ impl ModelLimits {
             .collect()
     }
 
-    pub fn get(&self, alias: &str) -> Option<Limits> {
-        self.0.get(alias).copied()
+    /// The limits of the model `id` names (an alias, or an id a pattern serves).
+    pub fn get(&self, id: &str) -> Option<Limits> {
+        crate::config::resolve_key(&self.0, id).map(|(_, limits, _)| *limits)
     }
 }
 

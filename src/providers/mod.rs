@@ -73,8 +73,10 @@ impl Providers {
         Self { by_alias, by_tenant }
     }
 
-    /// The provider `tenant` calls `alias` through: its own key if it brought
-    /// one, else the model's.
+    /// The provider `tenant` calls the configured model `alias` (an alias or
+    /// a pattern: see [`Config::model`]) through: its own key if it brought
+    /// one, else the model's. A pattern's provider serves every id it
+    /// matches: requests carry the upstream model id.
     pub fn get(&self, tenant: &str, alias: &str) -> Option<Arc<dyn ModelProvider>> {
         self.by_tenant.get(&(tenant.to_string(), alias.to_string())).or_else(|| self.by_alias.get(alias)).cloned()
     }

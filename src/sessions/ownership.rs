@@ -263,7 +263,7 @@ async fn cut_step(
         }
         after = last;
     }
-    let continues = sessions.config().models.get(model).is_some_and(|m| m.continue_partial);
+    let continues = sessions.config().model(model).is_some_and(|m| m.config.continue_partial);
     Ok(match (text.is_empty(), other) {
         (true, false) => (StepRestart::Nothing, None),
         (false, false) if continues => (StepRestart::Continue, Some(text)),

@@ -72,7 +72,10 @@ async fn llm_gateway_routes_answer_errors_in_their_own_shape() {
     let response = app.get("/models", None).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     let body: Value = response.json().await.unwrap();
-    assert_eq!(body, json!({"error": "missing bearer token"}));
+    assert_eq!(
+        body,
+        json!({"error": "missing credentials: send Authorization: Bearer <token or API key>, or X-API-Key: <key>"})
+    );
 }
 
 fn now() -> u64 {

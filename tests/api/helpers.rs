@@ -116,6 +116,7 @@ jwt = {{ hs256_secret = "{ACME_SECRET}" }}
 id = "globex"
 jwt = {{ hs256_secret = "{GLOBEX_SECRET}" }}
 models = ["demo"]
+default_model = "demo"
 
 [models.demo]
 provider = "demo"
@@ -133,6 +134,8 @@ model = "mock-claude"
 retry_base_ms = 10
 
 [agent]
+# What requests without a model get (acme: the first of its models).
+default_model = "claude"
 relay_timeout_secs = {relay_timeout}
 max_iterations = {max_iterations}
 max_depth = {max_depth}

@@ -235,7 +235,7 @@ async fn a_conversation_with_allowed_denied_and_frontend_tools_streams_as_the_go
 #[tokio::test]
 async fn a_request_shaped_like_the_older_seed_revision_works_streamed_and_not() {
     let w = world(1, |_| {}).await;
-    // Seed 001: no model (the tenant's first: `claude`), no frontend tools,
+    // Seed 001: no model (the default model, `claude`), no frontend tools,
     // no behaviour controls.
     w.upstream.push(Reply::new().text(["Your cluster is healthy."]));
     let body = json!({"ask": "What is the status of my cluster?",

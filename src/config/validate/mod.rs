@@ -1,0 +1,248 @@
+//! Turns a [`RawConfig`] into a [`Config`]: applies defaults, resolves secrets
+//! from the environment, and checks every field, collecting all mistakes with
+//! their paths instead of stopping at the first.
+
+mod jwt;
+mod models;
+mod tenants;
+mod tools;
+
+use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+
+use super::{
+    AgentConfig, Anonymous, Config, ConfigErrors, Dialect, EnvLookup, InputLimits, Secret, ServerConfig, StoreConfig,
+    ToolConfig,
+    access::RawAnonymous,
+    raw::{RawConfig, RawServer},
+};
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Lays `SWITCHBOARD_LISTEN`, `SWITCHBOARD_REDIS_URL` and
+/// `SWITCHBOARD_REPLICA_ID` over the file's values.
+pub fn apply_env_overrides(raw: &mut RawConfig, env: EnvLookup<'_>) {
+    if let Some(listen) = env("SWITCHBOARD_LISTEN") {
+        raw.server.listen = Some(listen);
+    }
+    if let Some(url) = env("SWITCHBOARD_REDIS_URL") {
+        raw.store.redis_url = Some(url);
+    }
+    if let Some(id) = env("SWITCHBOARD_REPLICA_ID") {
+        raw.server.replica_id = Some(id);
+    }
+}
+
+/// Validates `raw`; `errors` already holds the unknown keys found by the parse.
+pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) -> Result<Config, ConfigErrors> {
+    let listen = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+        errors.push("server.listen", format!("{listen:?} is not an address like 127.0.0.1:8080"));
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    });
+    let replica_id = raw.server.replica_id.clone().unwrap_or_else(default_replica_id);
+    check_identifier(&mut errors, "server.replica_id", &replica_id);
+    let input = validate_input_limits(&mut errors, &raw.server);
+    let shutdown_grace = secs(raw.server.shutdown_grace_secs, 10);
+    let drain_delay = secs(raw.server.drain_delay_secs, 0);
+    if drain_delay > shutdown_grace {
+        errors.push("server.drain_delay_secs", "must not be longer than shutdown_grace_secs");
+    }
+    let server = ServerConfig {
+        listen,
+        replica_id,
+        shutdown_grace,
+        drain_delay,
+        heartbeat: secs(positive(&mut errors, "server.heartbeat_secs", raw.server.heartbeat_secs), 15),
+        input,
+    };
+
+    if let Some(url) = &raw.store.redis_url
+        && redis::Client::open(url.as_str()).is_err()
+    {
+        errors.push("store.redis_url", "not a redis:// or rediss:// URL");
+    }
+    let store = StoreConfig {
+        redis_url: raw.store.redis_url,
+        key_prefix: raw.store.key_prefix.unwrap_or_else(|| "sb:".to_string()),
+        session_ttl: secs(positive(&mut errors, "store.session_ttl_secs", raw.store.session_ttl_secs), 86_400),
+        event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)
+            .unwrap_or(10_000),
+        lease_ttl: secs(positive(&mut errors, "store.lease_ttl_secs", raw.store.lease_ttl_secs), 10),
+    };
+
+    let agent = AgentConfig {
+        max_iterations: positive(&mut errors, "agent.max_iterations", raw.agent.max_iterations).unwrap_or(20),
+        max_depth: raw.agent.max_depth.unwrap_or(2),
+        relay_timeout: secs(positive(&mut errors, "agent.relay_timeout_secs", raw.agent.relay_timeout_secs), 300),
+        default_model: raw.agent.default_model,
+    };
+
+    let on_store_error = match raw.limits.on_store_error.as_deref() {
+        None | Some("fail_closed") => super::StoreFailure::FailClosed,
+        Some("fail_open") => super::StoreFailure::FailOpen,
+        Some(other) => {
+            errors.push("limits.on_store_error", format!("{other:?} is not fail_closed or fail_open"));
+            super::StoreFailure::FailClosed
+        }
+    };
+
+    let mut models = BTreeMap::new();
+    if raw.models.is_empty() {
+        errors.push("models", "at least one model alias is required");
+    }
+    for (alias, model) in raw.models {
+        let path = key_path("models", &alias);
+        if let Some(model) = models::validate_model(&mut errors, &path, &alias, model, env) {
+            models.insert(alias, model);
+        }
+    }
+    if let Some(id) = &agent.default_model {
+        models::check_model_id(&mut errors, "agent.default_model", id, &models, None);
+    }
+
+    let mut tenants = BTreeMap::new();
+    if raw.tenants.is_empty() {
+        errors.push("tenants", "at least one tenant is required");
+    }
+    for (i, tenant) in raw.tenants.into_iter().enumerate() {
+        let path = format!("tenants[{i}]");
+        if let Some(tenant) = tenants::validate_tenant(&mut errors, &path, tenant, &models, env) {
+            if tenants.contains_key(&tenant.id) {
+                errors.push(format!("{path}.id"), format!("duplicate tenant id {:?}", tenant.id));
+            }
+            tenants.insert(tenant.id.clone(), tenant);
+        }
+    }
+
+    let mut tools: Vec<ToolConfig> = Vec::new();
+    for (i, tool) in raw.tools.into_iter().enumerate() {
+        let path = format!("tools[{i}]");
+        if let Some(tool) = tools::validate_tool(&mut errors, &path, tool) {
+            if tools.iter().any(|t| t.name == tool.name) {
+                errors.push(format!("{path}.name"), format!("duplicate tool name {:?}", tool.name));
+            }
+            tools.push(tool);
+        }
+    }
+
+    let anonymous = raw.anonymous.and_then(|raw| validate_anonymous(&mut errors, raw, &tenants));
+
+    errors.into_result(Config {
+        server,
+        store,
+        agent,
+        on_store_error,
+        tenants,
+        models,
+        tools,
+        anonymous,
+        uses_builtin_dev_secret: false,
+    })
+}
+
+/// `[anonymous]`: an existing tenant, a subject, and at least one known
+/// dialect's routes.
+fn validate_anonymous(
+    errors: &mut ConfigErrors,
+    raw: RawAnonymous,
+    tenants: &BTreeMap<String, super::TenantConfig>,
+) -> Option<Anonymous> {
+    let tenant = raw.tenant.unwrap_or_default();
+    if !tenants.contains_key(&tenant) {
+        errors.push("anonymous.tenant", format!("no tenant {tenant:?} is configured"));
+    }
+    let subject = raw.subject.unwrap_or_default();
+    if subject.trim().is_empty() {
+        errors.push("anonymous.subject", "required: the subject credential-less requests act as");
+    }
+    let names = raw.routes.unwrap_or_default();
+    if names.is_empty() {
+        errors.push("anonymous.routes", "name at least one dialect's routes");
+    }
+    let mut routes = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        match Dialect::parse(name) {
+            Some(dialect) if !routes.contains(&dialect) => routes.push(dialect),
+            Some(_) => errors.push(format!("anonymous.routes[{i}]"), format!("{name:?} is listed twice")),
+            None => {
+                let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+                errors.push(format!("anonymous.routes[{i}]"), format!("{name:?} is not one of {}", known.join(", ")))
+            }
+        }
+    }
+    Some(Anonymous { tenant, subject, routes })
+}
+
+/// `prefix.key`, with the key quoted when it is not a bare TOML key
+/// (`models."openai/*"`), so the path reads as the file is written.
+fn key_path(prefix: &str, key: &str) -> String {
+    let bare = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+    if bare { format!("{prefix}.{key}") } else { format!("{prefix}.{key:?}") }
+}
+
+/// `server.max_*` and the read timeouts; each must be positive.
+fn validate_input_limits(errors: &mut ConfigErrors, raw: &RawServer) -> InputLimits {
+    let d = InputLimits::default();
+    let mut size = |key: &str, value: Option<u64>, default: usize| {
+        positive(errors, &format!("server.{key}"), value).map_or(default, |v| usize::try_from(v).unwrap_or(usize::MAX))
+    };
+    let max_body_bytes = size("max_body_bytes", raw.max_body_bytes, d.max_body_bytes);
+    let max_json_string_bytes = size("max_json_string_bytes", raw.max_json_string_bytes, d.max_json_string_bytes);
+    let max_header_bytes = size("max_header_bytes", raw.max_header_bytes, d.max_header_bytes);
+    let max_header_count = size("max_header_count", raw.max_header_count.map(u64::from), d.max_header_count);
+    InputLimits {
+        max_body_bytes,
+        max_json_depth: positive(errors, "server.max_json_depth", raw.max_json_depth).unwrap_or(d.max_json_depth),
+        max_json_string_bytes,
+        max_header_count,
+        max_header_bytes,
+        header_read_timeout: positive(errors, "server.header_read_timeout_secs", raw.header_read_timeout_secs)
+            .map_or(d.header_read_timeout, Duration::from_secs),
+        body_read_timeout: positive(errors, "server.body_read_timeout_secs", raw.body_read_timeout_secs)
+            .map_or(d.body_read_timeout, Duration::from_secs),
+    }
+}
+
+fn env_secret(errors: &mut ConfigErrors, path: &str, var: &str, env: EnvLookup<'_>) -> Option<Secret> {
+    match env(var) {
+        Some(value) => Some(Secret::new(value)),
+        None => {
+            errors.push(path, format!("environment variable {var} is not set"));
+            None
+        }
+    }
+}
+
+/// Ids that end up inside store keys and metric labels: short, plain ASCII.
+fn check_identifier(errors: &mut ConfigErrors, path: &str, value: &str) {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        errors.push(path, format!("{value:?} must be 1-64 characters of A-Z a-z 0-9 - _ ."));
+    }
+}
+
+fn positive<T: Copy + Default + PartialOrd>(errors: &mut ConfigErrors, path: &str, value: Option<T>) -> Option<T> {
+    match value {
+        Some(v) if v <= T::default() => {
+            errors.push(path, "must be a positive integer");
+            None
+        }
+        other => other,
+    }
+}
+
+fn secs(value: Option<u64>, default: u64) -> Duration {
+    Duration::from_secs(value.unwrap_or(default))
+}
+
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "switchboard".to_string());
+    let host: String = host.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(48).collect();
+    format!("{host}-{}", std::process::id())
+}
