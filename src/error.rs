@@ -11,8 +11,12 @@
 //! {"error": {"code": "not_found", "message": "…", "request_id": "…"}}
 //! ```
 //!
-//! except on llm-gateway routes, whose clients expect `{"error": "…"}`.
-//! Internal details (`ErrorReport::detail`) are logged, never sent.
+//! except where a dialect's clients expect their own: llm-gateway routes
+//! answer `{"error": "…"}`, HolmesGPT routes (`/api/…`) FastAPI's
+//! `{"detail": "…"}`, and for a field that fails validation FastAPI's list
+//! `{"detail": [{"loc": ["body", …], "msg": "…", "type": "…"}]}` (built from
+//! [`FieldError`]). Internal details (`ErrorReport::detail`) are logged,
+//! never sent.
 
 use axum::{
     extract::Request,
@@ -131,11 +135,38 @@ pub struct ApiError {
     pub detail: Option<String>,
     /// Extra response headers (rate-limit headers on a 429).
     pub headers: Vec<(&'static str, String)>,
+    /// The field that failed validation, for dialects that list it (boxed:
+    /// errors travel in every `Result` of the API layer).
+    pub field: Option<Box<FieldError>>,
+}
+
+/// One field's validation failure, as FastAPI (pydantic) reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Where in the request: `["body", "tool_decisions", 0, "approved"]`.
+    pub loc: Vec<serde_json::Value>,
+    pub msg: String,
+    /// pydantic's error type: `missing`, `bool_type`, `json_invalid`, …
+    pub kind: String,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), retry_after: None, detail: None, headers: Vec::new() }
+        Self { code, message: message.into(), retry_after: None, detail: None, headers: Vec::new(), field: None }
+    }
+    /// A 422 for one field of the body: the message reads `path: msg`.
+    pub fn invalid_field(field: FieldError) -> Self {
+        let path = field.loc.iter().skip(1).fold(String::new(), |mut path, part| {
+            match part {
+                serde_json::Value::Number(n) => path.push_str(&format!("[{n}]")),
+                serde_json::Value::String(s) if path.is_empty() => path.push_str(s),
+                serde_json::Value::String(s) => path.push_str(&format!(".{s}")),
+                other => path.push_str(&format!(".{other}")),
+            }
+            path
+        });
+        let message = if path.is_empty() { field.msg.clone() } else { format!("{path}: {}", field.msg) };
+        Self { field: Some(Box::new(field)), ..Self::new(ErrorCode::ValidationFailed, message) }
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)
@@ -222,13 +253,16 @@ enum BodyStyle {
     Standard,
     /// llm-gateway: `{"error": "<message>"}`.
     LlmGateway,
+    /// HolmesGPT (FastAPI): `{"detail": "<message>"}`, or the list of a
+    /// validation error.
+    Holmes,
 }
 
 fn body_style(path: &str) -> BodyStyle {
-    if path == "/chat" || path.starts_with("/chat/") || path == "/models" {
-        BodyStyle::LlmGateway
-    } else {
-        BodyStyle::Standard
+    match crate::auth::route_dialect(path) {
+        Some(crate::config::Dialect::LlmGateway) => BodyStyle::LlmGateway,
+        Some(crate::config::Dialect::Holmes) => BodyStyle::Holmes,
+        _ => BodyStyle::Standard,
     }
 }
 
@@ -261,6 +295,10 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
             "request_id": request_id,
         }}),
         BodyStyle::LlmGateway => json!({"error": error.message}),
+        BodyStyle::Holmes => match &error.field {
+            Some(field) => json!({"detail": [{"loc": field.loc, "msg": field.msg, "type": field.kind}]}),
+            None => json!({"detail": error.message}),
+        },
     };
     let mut out = (status, axum::Json(body)).into_response();
     if let Some(secs) = error.retry_after {

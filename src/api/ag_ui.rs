@@ -155,7 +155,7 @@ impl Conversation for RunAgentInput {
     }
 
     fn answers(&self, session: &Session) -> Result<Answers, ApiError> {
-        let mut resume = Answers { outputs: Vec::new(), decisions: Vec::new() };
+        let mut resume = Answers::default();
         let (mut missing_calls, mut missing_approvals) = (Vec::new(), Vec::new());
         let (pending_calls, pending_relays) = (session.pending_calls(), session.pending_relays());
         for call in &pending_calls {

@@ -152,7 +152,7 @@ impl Conversation for ChatBody {
             _ => Vec::new(),
         };
         let part = |id: &str| parts.iter().find(|p| p.id == id);
-        let mut resume = Answers { outputs: Vec::new(), decisions: Vec::new() };
+        let mut resume = Answers::default();
         let (mut missing_calls, mut missing_approvals) = (Vec::new(), Vec::new());
         let (pending_calls, pending_relays) = (session.pending_calls(), session.pending_relays());
         for call in &pending_calls {

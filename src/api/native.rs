@@ -179,7 +179,7 @@ pub async fn tool_results(
         .into_iter()
         .map(|d| Decision { tool_call_id: d.tool_call_id, approved: d.approved, reason: d.reason })
         .collect();
-    let started = state.sessions.resume(&principal, &id, Answers { outputs, decisions }).await?;
+    let started = state.sessions.resume(&principal, &id, Answers { outputs, decisions, ..Answers::default() }).await?;
     let follower = state.sessions.follow_started(started).await;
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }

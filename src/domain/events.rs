@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{
     codes::{FailureCode, ToolStatus},
-    conversation::Usage,
+    conversation::{ChatMessage, Usage},
 };
 
 /// Which agent emitted an event: the session's main agent (depth 0) or a
@@ -130,6 +130,13 @@ pub enum EventKind {
         tokens_before: u64,
         tokens_after: u64,
         summary: String,
+        /// How many messages the conversation had before.
+        #[serde(default)]
+        messages_before: usize,
+        /// The conversation after compaction (a few messages: the system
+        /// prompt, the summary, the last exchange).
+        #[serde(default)]
+        messages: Vec<ChatMessage>,
     },
     TurnEnded {
         reason: TurnEndReason,

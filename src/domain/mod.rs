@@ -20,10 +20,10 @@ pub use self::{
     codes::{FailureCode, ToolOutcome, ToolStatus},
     conversation::{ChatMessage, ImagePart, Role, ToolCall, Usage},
     events::{AgentRef, Event, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason, now_ms},
-    options::{ApprovalMode, DenyRule, FrontendMode, FrontendTool, PermissionRules, SessionOptions, ToolRule},
+    options::{ApprovalMode, DenyRule, FrontendMode, FrontendTool, PermissionRules, Section, SessionOptions, ToolRule},
     session::{
-        Answers, CallDecision, CallPlan, ConversationChange, Decision, PlannedCall, Refused, RelayDecision, Session,
-        SessionSpec, Status, StepOutput, StepRestart, Truncation, TurnError,
+        AnswerRules, Answers, CallDecision, CallPlan, ConversationChange, Decision, PlannedCall, Refused,
+        RelayDecision, Session, SessionSpec, Status, StepOutput, StepRestart, Truncation, TurnError,
     },
 };
 

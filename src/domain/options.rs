@@ -25,6 +25,17 @@ pub struct SessionOptions {
     pub behavior_controls: BTreeMap<String, bool>,
     #[serde(default)]
     pub approval: ApprovalMode,
+    /// An investigation (Holmes' seed-001 `/api/investigate`): the sections
+    /// its answer fills, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub investigation: Option<Vec<Section>>,
+}
+
+/// One section an investigation's answer fills.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Section {
+    pub title: String,
+    pub description: String,
 }
 
 /// What happens to a tool call that needs a permission decision.

@@ -384,8 +384,8 @@ mod transitions;
 mod turn;
 
 pub use self::turn::{
-    Answers, CallDecision, CallPlan, Decision, PlannedCall, RelayDecision, StepOutput, StepRestart, Truncation,
-    TurnState,
+    AnswerRules, Answers, CallDecision, CallPlan, Decision, PlannedCall, RelayDecision, StepOutput, StepRestart,
+    Truncation, TurnState,
 };
 
 #[cfg(test)]

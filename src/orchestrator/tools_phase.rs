@@ -22,6 +22,10 @@ pub(super) enum Phase {
     End(End),
 }
 
+/// What a noop-mode frontend tool answers when the request gives no
+/// `noop_response` (HolmesGPT's default).
+pub const NOOP_RESPONSE: &str = "The action was performed successfully in the user's browser.";
+
 /// Decides every call of a model response (in order), and the request
 /// rules after the decisions (an `allowOnce` rule is used up by its call).
 /// Relays are indexed before the plan is committed, so a fast decision
@@ -40,7 +44,8 @@ pub(super) async fn plan(
             match tool.mode {
                 FrontendMode::Pause => CallDecision::Client,
                 FrontendMode::Noop => {
-                    let response = tool.noop_response.clone().unwrap_or_else(|| "ok".into());
+                    let response =
+                        (tool.noop_response.clone()).filter(|r| !r.is_empty()).unwrap_or_else(|| NOOP_RESPONSE.into());
                     CallDecision::Answer { outcome: ToolOutcome::Success(response), announce: true }
                 }
             }
@@ -62,8 +67,8 @@ pub(super) async fn plan(
                 }
                 (Verdict::Ask, ApprovalMode::Refuse) => CallDecision::Answer {
                     outcome: ToolOutcome::error(format!(
-                        "the tool {} needs approval, and this client does not give approvals \
-                         (enable_tool_approval is off)",
+                        "Tool call rejected for security reasons: the tool {} needs approval, and this client does \
+                         not give approvals (enable_tool_approval is off)",
                         call.name
                     )),
                     announce: false,

@@ -22,11 +22,13 @@ pub use crate::domain::events::{AgentRef, EventKind, LogEvent, PendingCall, Pend
 use crate::{config::ModelConfig, domain::Session};
 
 /// A model's context window and reserved output, for dialects that report
-/// context use (Holmes' `metadata`, Cosmo's `contextUsage`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// context use (Holmes' `metadata`, Cosmo's `contextUsage`), and its
+/// prices, for those that report cost (Holmes' `metadata.costs`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Limits {
     pub max_tokens: u32,
     pub max_output_tokens: u32,
+    pub prices: Option<crate::config::Prices>,
 }
 
 /// [`Limits`] by model alias, built once from the configuration; encoders
@@ -38,7 +40,9 @@ impl ModelLimits {
     pub fn of(models: &BTreeMap<String, ModelConfig>) -> Self {
         (models.iter())
             .map(|(alias, m)| {
-                (alias.clone(), Limits { max_tokens: m.context_window, max_output_tokens: m.max_output_tokens })
+                let limits =
+                    Limits { max_tokens: m.context_window, max_output_tokens: m.max_output_tokens, prices: m.prices };
+                (alias.clone(), limits)
             })
             .collect()
     }

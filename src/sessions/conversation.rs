@@ -32,4 +32,21 @@ impl Sessions {
         let key = SessionKey::new(principal.tenant.clone(), session.id());
         self.activate(&key, None, session, events, None).await
     }
+
+    /// Like [`Sessions::start_conversation`], without a new message: the
+    /// model answers `history` as it stands (it ends with tool results or a
+    /// user message).
+    pub async fn start_conversation_on_history(
+        &self,
+        principal: &Principal,
+        new: NewSession,
+        history: Vec<ChatMessage>,
+    ) -> Result<Started, SessionError> {
+        let mut session = Session::new(self.spec(principal, new));
+        tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
+        session.seed(history)?;
+        let events = session.start_turn_on_history(self.request_trace())?;
+        let key = SessionKey::new(principal.tenant.clone(), session.id());
+        self.activate(&key, None, session, events, None).await
+    }
 }

@@ -20,9 +20,9 @@ mod commands;
 mod commit;
 mod conversation;
 mod follower;
-mod history;
 pub mod hub;
 mod ownership;
+mod resume;
 mod run;
 mod writer;
 
@@ -38,8 +38,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::{
     commands::Loaded,
-    history::FindError,
     hub::{EventHub, FollowItem, Follower},
+    resume::{FindError, ResumeLookup},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
 };

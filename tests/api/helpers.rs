@@ -34,6 +34,8 @@ pub struct AppOptions {
     pub replica_id: String,
     /// Extra TOML appended to the test configuration.
     pub extra_toml: String,
+    /// Extra keys of a tenant's table (`acme` or `globex`): (tenant, TOML lines).
+    pub tenant_toml: Vec<(String, String)>,
     /// Extra keys of the `[server]` table.
     pub server_toml: String,
     /// Runs turns instead of the orchestrator.
@@ -52,6 +54,7 @@ impl Default for AppOptions {
             key_prefix: unique_prefix(),
             replica_id: "a".to_string(),
             extra_toml: String::new(),
+            tenant_toml: Vec::new(),
             server_toml: String::new(),
             runner: None,
             lease_ttl_secs: 10,
@@ -61,6 +64,10 @@ impl Default for AppOptions {
             max_depth: 2,
         }
     }
+}
+
+fn tenant_extra(options: &AppOptions, tenant: &str) -> String {
+    options.tenant_toml.iter().filter(|(t, _)| t == tenant).map(|(_, lines)| format!("{lines}\n")).collect()
 }
 
 pub fn unique_prefix() -> String {
@@ -111,12 +118,14 @@ event_log_max_len = {max_len}
 [[tenants]]
 id = "acme"
 jwt = {{ hs256_secret = "{ACME_SECRET}" }}
+{acme_extra}
 
 [[tenants]]
 id = "globex"
 jwt = {{ hs256_secret = "{GLOBEX_SECRET}" }}
 models = ["demo"]
 default_model = "demo"
+{globex_extra}
 
 [models.demo]
 provider = "demo"
@@ -147,6 +156,8 @@ max_depth = {max_depth}
         prefix = options.key_prefix,
         upstream = upstream.base_url(),
         extra = options.extra_toml,
+        acme_extra = tenant_extra(&options, "acme"),
+        globex_extra = tenant_extra(&options, "globex"),
         lease_ttl = options.lease_ttl_secs,
         relay_timeout = options.relay_timeout_secs,
         max_iterations = options.max_iterations,
@@ -312,4 +323,29 @@ pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String,
         snapshot.insert(key, value);
     }
     snapshot
+}
+
+/// Asserts a HolmesGPT (FastAPI) error body, `{"detail": "<message>"}`, and
+/// returns the message.
+pub async fn assert_detail(response: Response, status: StatusCode) -> String {
+    assert_eq!(response.status(), status);
+    assert!(response.headers().get("x-request-id").is_some(), "a request id on every response");
+    let body: Value = response.json().await.expect("a JSON error body");
+    let detail = body["detail"].as_str().unwrap_or_else(|| panic!("not a FastAPI error body: {body}"));
+    assert!(!detail.is_empty(), "{body}");
+    assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+    detail.to_string()
+}
+
+/// Asserts FastAPI's 422 validation list and returns its one entry
+/// (`{loc, msg, type}`).
+pub async fn assert_invalid(response: Response) -> Value {
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.expect("a JSON error body");
+    let list = body["detail"].as_array().unwrap_or_else(|| panic!("not a FastAPI validation list: {body}"));
+    assert_eq!(list.len(), 1, "{body}");
+    let entry = list[0].clone();
+    assert_eq!(entry["loc"][0], "body", "{body}");
+    assert!(entry["msg"].as_str().is_some_and(|m| !m.is_empty()) && entry["type"].is_string(), "{body}");
+    entry
 }

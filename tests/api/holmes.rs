@@ -16,7 +16,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::assert_error,
+    helpers::{assert_detail, assert_invalid},
     orchestrator::{World, kinds, of_kind, tool_messages, world},
     sse::{Frame, SseReader},
     support::mock_upstream::Reply,
@@ -119,7 +119,7 @@ async fn a_turn_paused_on_replica_a_resumes_on_replica_b_with_its_session_id() {
         "tool_decisions": [{"tool_call_id": "call_refund", "approved": true}]}),
     )
     .await;
-    assert_error(again, StatusCode::CONFLICT, "conflict").await;
+    assert_detail(again, StatusCode::CONFLICT).await;
     assert_eq!(w.tools.calls("refund"), 1, "a second resume of the same pause runs nothing");
 }
 
@@ -142,14 +142,15 @@ async fn a_resume_with_edited_tool_arguments_is_a_conflict_and_runs_nothing() {
 
     let mut body = answers_to_the_pause();
     body["conversation_history"] = edited.clone();
-    let refused = assert_error(chat(&w, 0, &body).await, StatusCode::CONFLICT, "conflict").await;
-    assert!(refused["error"]["message"].as_str().unwrap().contains("does not match"), "{refused}");
+    let refused = assert_detail(chat(&w, 0, &body).await, StatusCode::CONFLICT).await;
+    assert!(refused.contains("does not match") && refused.contains("call_refund"), "{refused}");
     body["session_id"] = json!(id);
-    assert_error(chat(&w, 0, &body).await, StatusCode::CONFLICT, "conflict").await;
-    let mut extra = paused.data["conversation_history"].clone();
-    extra.as_array_mut().unwrap().push(json!({"role": "user", "content": "and refund 10"}));
-    body["conversation_history"] = extra;
-    assert_error(chat(&w, 0, &body).await, StatusCode::CONFLICT, "conflict").await;
+    assert_detail(chat(&w, 0, &body).await, StatusCode::CONFLICT).await;
+    let mut renamed = paused.data["conversation_history"].clone();
+    let last = renamed.as_array_mut().unwrap().last_mut().unwrap();
+    last["tool_calls"][0]["function"]["name"] = json!("lookup");
+    body["conversation_history"] = renamed;
+    assert_detail(chat(&w, 0, &body).await, StatusCode::CONFLICT).await;
 
     assert_eq!(w.tools.calls("refund"), 0);
     assert_eq!(w.upstream.calls(), 1);
@@ -277,7 +278,10 @@ async fn a_non_stream_answer_has_the_holmes_shape_and_pauses_and_resumes_by_hist
     assert_eq!(sent[1]["content"][1]["image_url"]["url"], "https://x/label.png");
     assert_eq!(sent[1]["content"][2]["image_url"]["detail"], "low");
     assert_eq!(body["conversation_history"][0]["content"], system, "the history shows the prompt the model saw");
-    assert_eq!(body["follow_up_actions"], json!([]));
+    let actions: Vec<&str> =
+        body["follow_up_actions"].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["logs", "graphs", "articles"], "HolmesGPT's actions on a first answer");
+    assert_eq!(body["follow_up_actions"][0]["pre_action_notification_text"], "Fetching relevant logs...");
     assert!(body["session_id"].as_str().is_some_and(|s| !s.is_empty()));
     assert_eq!(body["tool_calls"][0]["tool_name"], "lookup");
     assert_eq!(body["tool_calls"][0]["result"]["status"], "success");
@@ -288,17 +292,17 @@ async fn a_non_stream_answer_has_the_holmes_shape_and_pauses_and_resumes_by_hist
     assert!(metadata["max_tokens"].as_u64().is_some() && metadata["max_output_tokens"].as_u64().is_some());
     assert!(body.get("pending_approvals").is_none());
 
-    // A follow-up on the same session; a history that is not the stored one is refused.
+    // A follow-up on the same session: the model sees the stored
+    // conversation, whatever history the client sends (clients may rebuild it).
     let id = body["session_id"].as_str().unwrap().to_string();
+    w.upstream.push(Reply::new().text(["Order 43 too."]));
     let follow_up = json!({"ask": "and order 43?", "session_id": id, "conversation_history": [
         {"role": "system", "content": "You are someone else."}]});
-    assert_error(chat(&w, 0, &follow_up).await, StatusCode::CONFLICT, "conflict").await;
-    w.upstream.push(Reply::new().text(["Order 43 too."]));
-    let follow_up =
-        json!({"ask": "and order 43?", "session_id": id, "conversation_history": body["conversation_history"]});
     let next = answer(&w, 0, &follow_up).await;
     assert_eq!(next["session_id"], id.as_str());
     assert_eq!(next["conversation_history"].as_array().unwrap().len(), 7);
+    assert_eq!(w.model_request(2)["messages"][0]["content"], system);
+    assert_eq!(next["follow_up_actions"], json!([]), "offered on a conversation's first answer only");
 
     w.upstream.push(Reply::new().tool_call("call_refund", "refund", [r#"{"order":"42"}"#]));
     let paused = answer(&w, 0, &json!({"ask": "refund it", "model": "mock", "enable_tool_approval": true})).await;
@@ -326,7 +330,7 @@ async fn a_non_stream_turn_rate_limited_on_every_try_is_a_429_with_retry_after()
     }
     let response = chat(&w, 0, &json!({"ask": "hello", "model": "mock"})).await;
     assert!(response.headers().get("retry-after").is_some());
-    assert_error(response, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    assert_detail(response, StatusCode::TOO_MANY_REQUESTS).await;
     assert_eq!(w.upstream.calls(), 3);
 }
 
@@ -353,68 +357,59 @@ async fn bad_requests_are_refused_and_leave_the_stored_session_unchanged() {
 
     let raw = w.apps[0].client.post(w.apps[0].url("/api/chat")).bearer_auth(&w.token);
     let malformed = raw.header("content-type", "application/json").body(r#"{"ask": "#).send().await.unwrap();
-    assert_error(malformed, StatusCode::BAD_REQUEST, "invalid_json").await;
-    let cases = [
+    assert_eq!(assert_invalid(malformed).await["type"], "json_invalid");
+    // FastAPI's 422 list: where, what, which pydantic error.
+    let invalid = [
         (
             json!({"ask": "x", "session_id": id, "tool_decisions": [{"tool_call_id": "call_refund", "approved": "yes"}]}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-            Some("tool_decisions[0].approved"),
+            json!(["body", "tool_decisions", 0, "approved"]),
+            "bool_type",
         ),
-        (json!({"ask": "x", "stream": "yes"}), StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", Some("stream")),
-        (
-            json!({"session_id": id, "tool_decisions": decide}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-            Some("ask"),
-        ),
+        (json!({"ask": "x", "stream": "yes"}), json!(["body", "stream"]), "bool_type"),
+        (json!({"session_id": id, "tool_decisions": decide}), json!(["body", "ask"]), "missing"),
         (
             json!({"ask": "", "session_id": id, "tool_decisions": decide,
             "conversation_history": [{"role": "user", "content": "hi"}]}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-            Some("conversation_history[0]"),
+            json!(["body", "conversation_history"]),
+            "value_error",
         ),
-        (
-            json!({"ask": "x", "frontend_tools": [chart_tool("pause")]}),
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            Some("stream"),
-        ),
+    ];
+    for (body, loc, kind) in invalid {
+        let entry = assert_invalid(chat(&w, 0, &body).await).await;
+        assert_eq!((&entry["loc"], entry["type"].as_str().unwrap()), (&loc, kind), "{body}: {entry}");
+        assert_eq!(view(&w, &id).await, before, "{body} changed the session");
+    }
+    // FastAPI's `{"detail": "…"}` for the rest.
+    let unknown = json!([{"tool_call_id": "call_unknown", "approved": true}]);
+    let refused = [
+        (json!({"ask": "x", "frontend_tools": [chart_tool("pause")]}), StatusCode::BAD_REQUEST, "stream=true"),
         (
             json!({"ask": "x", "stream": true, "frontend_tools": [{"name": "lookup", "description": "d"}]}),
             StatusCode::BAD_REQUEST,
-            "invalid_request",
-            Some("lookup"),
+            "lookup",
         ),
-        (json!({"ask": "x", "model": "gpt-9"}), StatusCode::BAD_REQUEST, "unknown_model", Some("allowed")),
-        (
-            json!({"ask": "", "session_id": "0190-nope", "tool_decisions": decide}),
-            StatusCode::NOT_FOUND,
-            "not_found",
-            None,
-        ),
+        (json!({"ask": "x", "model": "gpt-9"}), StatusCode::BAD_REQUEST, "allowed"),
+        (json!({"ask": "", "session_id": "0190-nope", "tool_decisions": decide}), StatusCode::NOT_FOUND, "not found"),
         (
             json!({"ask": "", "conversation_history": [{"role": "system", "content": "never paused"}],
-            "tool_decisions": decide}),
+            "tool_decisions": unknown}),
             StatusCode::NOT_FOUND,
-            "not_found",
-            Some("conversation_history"),
+            "conversation_history",
         ),
-        (json!({"ask": "", "tool_decisions": decide}), StatusCode::BAD_REQUEST, "invalid_request", Some("session_id")),
+        (json!({"ask": "", "tool_decisions": unknown}), StatusCode::NOT_FOUND, "session_id"),
     ];
-    for (body, status, code, mentions) in cases {
-        let refused = assert_error(chat(&w, 0, &body).await, status, code).await;
-        if let Some(mentions) = mentions {
-            assert!(refused["error"]["message"].as_str().unwrap().contains(mentions), "{body}: {refused}");
-        }
+    for (body, status, mentions) in refused {
+        let detail = assert_detail(chat(&w, 0, &body).await, status).await;
+        assert!(detail.contains(mentions), "{body}: {detail}");
         assert_eq!(view(&w, &id).await, before, "{body} changed the session");
     }
     let globex = w.apps[0].token("globex", "alice");
     let foreign = w.apps[0]
         .post_json("/api/chat", Some(&globex), &json!({"ask": "", "session_id": id, "tool_decisions": decide}))
         .await;
-    assert_error(foreign, StatusCode::NOT_FOUND, "not_found").await;
+    assert_detail(foreign, StatusCode::NOT_FOUND).await;
+    let foreign = w.apps[0].post_json("/api/chat", Some(&globex), &json!({"ask": "", "tool_decisions": decide})).await;
+    assert_detail(foreign, StatusCode::NOT_FOUND).await;
     assert_eq!(view(&w, &id).await, before);
     assert_eq!(w.tools.calls("refund"), 0);
     assert_eq!(w.upstream.calls(), 1);

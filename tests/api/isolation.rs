@@ -1,8 +1,11 @@
 //! The isolation matrix: tenants `acme` and `globex`, subjects `alice` and
-//! `bob`. For sessions of acme/alice — one waiting on a live relay, one paused
-//! for the client — every session endpoint of every dialect answers 404 to
-//! anyone but the owner and acme's admins (`sessions:admin`), and nothing a
-//! stranger sends changes the session, calls a tool or calls the model.
+//! `bob`, by token and by API key. For sessions of acme/alice — one waiting
+//! on a live relay, one paused for the client — every session endpoint of
+//! every dialect answers 404 to anyone but the owner and acme's admins
+//! (`sessions:admin`), and nothing a stranger sends changes the session,
+//! calls a tool or calls the model. A stranger who sends the owner's
+//! conversation history with answers gets a conversation of their own from
+//! it, in which nothing they approve runs.
 
 use std::time::Duration;
 
@@ -16,14 +19,47 @@ use crate::{
     support::mock_upstream::Reply,
 };
 
+/// API keys the matrix's world accepts (configured by [`with_keys`]).
+const BOB_KEY: &str = "acme-bob-key";
+const GLOBEX_ALICE_KEY: &str = "globex-alice-key";
+const GLOBEX_ADMIN_KEY: &str = "globex-admin-key";
+
+/// API keys for acme/bob and globex's alice and admin, beside their tokens.
+fn with_keys(options: &mut crate::helpers::AppOptions) {
+    let digest =
+        |key: &str| switchboard::config::access::digest(key).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    options
+        .tenant_toml
+        .push(("acme".into(), format!("api_keys = [{{ sha256 = \"{}\", subject = \"bob\" }}]", digest(BOB_KEY))));
+    options.tenant_toml.push((
+        "globex".into(),
+        format!(
+            "api_keys = [{{ sha256 = \"{}\", subject = \"alice\" }}, \
+             {{ sha256 = \"{}\", subject = \"ops\", scopes = [\"sessions:admin\"] }}]",
+            digest(GLOBEX_ALICE_KEY),
+            digest(GLOBEX_ADMIN_KEY)
+        ),
+    ));
+}
+
+/// How a stranger authenticates.
+#[derive(Clone)]
+enum Credential {
+    Token(String),
+    ApiKey(&'static str),
+}
+
 /// Everyone who must not see acme/alice's sessions.
-fn strangers(app: &TestApp) -> Vec<(&'static str, String)> {
+fn strangers(app: &TestApp) -> Vec<(&'static str, Credential)> {
     let hour = Duration::from_secs(3600);
     vec![
-        ("same tenant, other subject", app.token("acme", "bob")),
-        ("other tenant, same subject", app.token("globex", "alice")),
-        ("other tenant's admin", app.token_with("globex", "ops", hour, &["sessions:admin"])),
-        ("same tenant, other scope", app.token_with("acme", "bob", hour, &["sessions:read"])),
+        ("same tenant, other subject", Credential::Token(app.token("acme", "bob"))),
+        ("other tenant, same subject", Credential::Token(app.token("globex", "alice"))),
+        ("other tenant's admin", Credential::Token(app.token_with("globex", "ops", hour, &["sessions:admin"]))),
+        ("same tenant, other scope", Credential::Token(app.token_with("acme", "bob", hour, &["sessions:read"]))),
+        ("same tenant, other subject, by API key", Credential::ApiKey(BOB_KEY)),
+        ("other tenant, same subject, by API key", Credential::ApiKey(GLOBEX_ALICE_KEY)),
+        ("other tenant's admin, by API key", Credential::ApiKey(GLOBEX_ADMIN_KEY)),
     ]
 }
 
@@ -44,18 +80,22 @@ impl Probe {
         Self { what: what.into(), method: "POST", path, body: Some(body) }
     }
 
-    async fn send(&self, app: &TestApp, token: &str) -> Response {
+    async fn send(&self, app: &TestApp, credential: &Credential) -> Response {
         let request = match self.method {
             "GET" => app.client.get(app.url(&self.path)),
             _ => app.client.post(app.url(&self.path)).json(self.body.as_ref().unwrap_or(&json!({}))),
         };
-        request.bearer_auth(token).header("last-event-id", "0").send().await.unwrap()
+        let request = match credential {
+            Credential::Token(token) => request.bearer_auth(token),
+            Credential::ApiKey(key) => request.header("x-api-key", *key),
+        };
+        request.header("last-event-id", "0").send().await.unwrap()
     }
 }
 
 /// Every session endpoint of every dialect, aimed at session `id` (with a
 /// pending relay `relay_id` and a pending tool call `call_id`).
-fn probes(id: &str, relay_id: &str, call_id: &str, history: &Value) -> Vec<Probe> {
+fn probes(id: &str, relay_id: &str, call_id: &str) -> Vec<Probe> {
     let mut probes = vec![
         Probe::get("native view", format!("/v1/sessions/{id}")),
         Probe::get("AI SDK reconnect", format!("/v1/ai-sdk/chat/{id}/stream")),
@@ -80,19 +120,17 @@ fn probes(id: &str, relay_id: &str, call_id: &str, history: &Value) -> Vec<Probe
                    "tool_decisions": [{"tool_call_id": call_id, "approved": true}]}),
         ),
         Probe::post(
+            "holmes resume by the pending call alone",
+            "/api/chat".into(),
+            json!({"ask": "", "model": "mock", "stream": true,
+                   "tool_decisions": [{"tool_call_id": call_id, "approved": true}]}),
+        ),
+        Probe::post(
             "holmes new turn on the session",
             "/api/chat".into(),
             json!({"ask": "and now?", "model": "mock", "session_id": id}),
         ),
     ];
-    if history.is_array() {
-        probes.push(Probe::post(
-            "holmes resume by the owner's history",
-            "/api/chat".into(),
-            json!({"ask": "", "model": "mock", "stream": true, "conversation_history": history,
-                   "tool_decisions": [{"tool_call_id": call_id, "approved": true}]}),
-        ));
-    }
     for format in switchboard::protocol::FORMATS {
         probes.push(Probe::get(format!("events as {format}"), format!("/v1/sessions/{id}/events?format={format}")));
         probes.push(Probe::post(
@@ -110,8 +148,13 @@ async fn assert_not_found(probe: &Probe, who: &str, response: Response) {
     let status = response.status();
     let body: Value = response.json().await.unwrap_or(Value::Null);
     assert_eq!(status, StatusCode::NOT_FOUND, "{} as {who}: {body}", probe.what);
-    let ok =
-        if probe.path.starts_with("/chat/") { body["error"].is_string() } else { body["error"]["code"] == "not_found" };
+    let ok = if probe.path.starts_with("/chat/") {
+        body["error"].is_string()
+    } else if probe.path.starts_with("/api/") {
+        body["detail"].is_string()
+    } else {
+        body["error"]["code"] == "not_found"
+    };
     assert!(ok, "{} as {who}: {body}", probe.what);
 }
 
@@ -121,9 +164,9 @@ async fn strangers_see_nothing(w: &World, probes: &[Probe]) {
     let b = &w.apps[1];
     let before = session_keys(b).await;
     let (model_calls, tool_calls) = (w.upstream.calls(), w.tools.calls("refund"));
-    for (who, token) in strangers(b) {
+    for (who, credential) in strangers(b) {
         for probe in probes {
-            assert_not_found(probe, who, probe.send(b, &token).await).await;
+            assert_not_found(probe, who, probe.send(b, &credential).await).await;
         }
     }
     assert_eq!(session_keys(b).await, before, "a stranger changed the store");
@@ -140,7 +183,7 @@ async fn session_keys(app: &TestApp) -> std::collections::BTreeMap<String, Vec<u
 
 #[tokio::test]
 async fn a_session_waiting_on_a_live_relay_is_invisible_to_strangers_and_decided_by_an_admin() {
-    let w = world(2, |_| {}).await;
+    let w = world(2, with_keys).await;
     w.upstream.push(Reply::new().tool_call("call_r", "refund", [r#"{"order":"9"}"#]));
     w.upstream.push(Reply::new().text(["Refunded."]));
     let id = w.session(0, "mock", json!({})).await;
@@ -148,7 +191,7 @@ async fn a_session_waiting_on_a_live_relay_is_invisible_to_strangers_and_decided
     let relay = stream.until_kind("relay_requested").await.pop().unwrap();
     let relay_id = relay.data["relay_id"].as_str().unwrap().to_string();
 
-    strangers_see_nothing(&w, &probes(&id, &relay_id, "call_r", &Value::Null)).await;
+    strangers_see_nothing(&w, &probes(&id, &relay_id, "call_r")).await;
 
     // acme's admin may look and decide, on either replica; the owner's
     // stream on A goes on.
@@ -169,9 +212,8 @@ async fn a_session_waiting_on_a_live_relay_is_invisible_to_strangers_and_decided
 
 #[tokio::test]
 async fn a_holmes_session_paused_for_approval_is_invisible_to_strangers_and_resumed_by_an_admin() {
-    let w = world(2, |_| {}).await;
+    let w = world(2, with_keys).await;
     w.upstream.push(Reply::new().tool_call("call_refund", "refund", [r#"{"order":"9"}"#]));
-    w.upstream.push(Reply::new().text(["Refunded."]));
     let body = json!({"ask": "refund order 9", "model": "mock", "stream": true, "enable_tool_approval": true});
     let paused = SseReader::new(w.apps[0].post_json("/api/chat", Some(&w.token), &body).await).rest().await;
     let pause = paused.last().unwrap();
@@ -179,7 +221,38 @@ async fn a_holmes_session_paused_for_approval_is_invisible_to_strangers_and_resu
     let id = pause.data["session_id"].as_str().unwrap().to_string();
     let history = pause.data["conversation_history"].clone();
 
-    strangers_see_nothing(&w, &probes(&id, "relay_none", "call_refund", &history)).await;
+    strangers_see_nothing(&w, &probes(&id, "relay_none", "call_refund")).await;
+
+    // A stranger holding the owner's history (and answers for its pending
+    // call) gets a conversation of their own from it: the owner's session
+    // is untouched and nothing the stranger approved runs.
+    let before = session_keys(&w.apps[1]).await;
+    w.upstream.push(Reply::new().text(["Nothing was refunded."]));
+    let stolen = json!({"ask": "", "model": "mock", "stream": true, "conversation_history": history,
+        "tool_decisions": [{"tool_call_id": "call_refund", "approved": true}]});
+    let theirs = SseReader::new(
+        w.apps[1]
+            .client
+            .post(w.apps[1].url("/api/chat"))
+            .header("x-api-key", BOB_KEY)
+            .json(&stolen)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .rest()
+    .await;
+    let end = theirs.last().unwrap();
+    assert_eq!(end.event, "ai_answer_end");
+    assert_ne!(end.data["session_id"], id.as_str(), "a conversation of the stranger's own");
+    let seen = crate::orchestrator::tool_messages(&w.model_request(w.upstream.calls() - 1));
+    assert!(seen[0]["content"].as_str().unwrap().contains("not run"), "{seen:?}");
+    assert_eq!(w.tools.calls("refund"), 0);
+    let mut after = session_keys(&w.apps[1]).await;
+    after.retain(|key, _| before.contains_key(key));
+    assert_eq!(after, before, "the owner's session is untouched");
+
+    w.upstream.push(Reply::new().text(["Refunded."]));
 
     let admin = w.apps[1].token_with("acme", "ops", Duration::from_secs(60), &["sessions:admin"]);
     let resume = json!({"ask": "", "model": "mock", "stream": true, "session_id": id,

@@ -1,17 +1,17 @@
 //! The `POST /api/chat` body, as both seed revisions of the Holmes API send
 //! it, and its translation to canonical shapes. Unknown fields are ignored
-//! (Holmes clients send extras); malformed JSON is a 400 and a wrong type a
-//! 422 naming the field's path.
+//! (Holmes clients send extras); malformed JSON, a wrong type or a missing
+//! field is FastAPI's 422 naming the field (`validation.rs`).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::{
     api::openai_messages::{ImageInput, WireMessage},
     domain::FrontendTool,
-    error::{ApiError, ErrorCode},
+    error::{ApiError, FieldError},
     providers::{ChatMessage, Role},
 };
 
@@ -70,17 +70,16 @@ impl ChatRequest {
             || self.frontend_tool_results.as_ref().is_some_and(|r| !r.is_empty())
     }
 
-    /// The history as canonical messages (`None` when absent or empty);
-    /// its first message must be the system message.
+    /// The history as canonical messages (`None` when absent or empty).
     pub fn history(&self) -> Result<Option<Vec<ChatMessage>>, ApiError> {
-        let Some(history) = self.conversation_history.as_ref().filter(|h| !h.is_empty()) else { return Ok(None) };
-        if history[0].role() != Role::System {
-            return Err(ApiError::new(
-                ErrorCode::ValidationFailed,
-                "conversation_history[0]: the first message must have role \"system\"",
-            ));
-        }
-        Ok(Some(history.iter().map(WireMessage::to_message).collect()))
+        history_of(self.conversation_history.as_deref())
+    }
+
+    /// The ids of the tool calls this resume answers.
+    pub fn answered_calls(&self) -> Vec<&str> {
+        let decisions = self.tool_decisions.iter().flatten().map(|d| d.tool_call_id.as_str());
+        let results = self.frontend_tool_results.iter().flatten().map(|r| r.tool_call_id.as_str());
+        decisions.chain(results).collect()
     }
 
     /// The user message of a new turn.
@@ -90,28 +89,24 @@ impl ChatRequest {
     }
 }
 
-/// Parses the body: 400 for malformed JSON, 422 with the field's path for
-/// a value of the wrong shape (or a missing required field).
-pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let mut ignored = Vec::new();
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let mut note = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
-    let unknown = serde_ignored::Deserializer::new(&mut deserializer, &mut note);
-    let request: ChatRequest = serde_path_to_error::deserialize(unknown).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        match inner.classify() {
-            serde_json::error::Category::Data => ApiError::new(ErrorCode::ValidationFailed, format!("{path}: {inner}")),
-            _ => ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {inner}")),
-        }
-    })?;
-    deserializer
-        .end()
-        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {e}")))?;
-    if !ignored.is_empty() {
-        tracing::debug!(fields = ?ignored, "ignored unknown /api/chat fields");
+/// A client's `conversation_history` as canonical messages (`None` when
+/// absent or empty); its first message must be the system message, as
+/// Holmes' validator has it.
+pub fn history_of(history: Option<&[WireMessage]>) -> Result<Option<Vec<ChatMessage>>, ApiError> {
+    let Some(history) = history.filter(|h| !h.is_empty()) else { return Ok(None) };
+    if history[0].role() != Role::System {
+        return Err(ApiError::invalid_field(FieldError {
+            loc: vec![json!("body"), json!("conversation_history")],
+            msg: "Value error, The first item in conversation_history must contain 'role': 'system'".into(),
+            kind: "value_error".into(),
+        }));
     }
-    Ok(request)
+    Ok(Some(history.iter().map(WireMessage::to_message).collect()))
+}
+
+/// Parses the body (see `validation.rs`).
+pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    super::validation::parse(body, "/api/chat")
 }
 
 /// Parses a history we rendered ourselves (an `approval_required` event's),
@@ -143,13 +138,14 @@ pub fn check_calls_answered(history: &[ChatMessage]) -> Result<(), ApiError> {
     if open.is_empty() {
         return Ok(());
     }
-    Err(ApiError::new(
-        ErrorCode::ValidationFailed,
-        format!(
-            "conversation_history[{opened_at}]: tool calls {open:?} have no results; answer a paused conversation \
-             with tool_decisions or frontend_tool_results"
+    Err(ApiError::invalid_field(FieldError {
+        loc: vec![json!("body"), json!("conversation_history"), json!(opened_at)],
+        msg: format!(
+            "Value error, tool calls {open:?} have no results; answer a paused conversation with tool_decisions or \
+             frontend_tool_results"
         ),
-    ))
+        kind: "value_error".into(),
+    }))
 }
 
 #[cfg(test)]
@@ -182,15 +178,15 @@ mod tests {
     }
 
     #[test]
-    fn wrong_types_name_their_path_and_bad_json_is_told_apart() {
+    fn wrong_types_name_their_path_and_bad_json_is_a_validation_error_too() {
+        use crate::error::ErrorCode;
         let body = json!({"ask": "hi", "conversation_history": [{"role": "system", "content": 5}]});
         let error = parse(body.to_string().as_bytes()).unwrap_err();
         assert_eq!(error.code, ErrorCode::ValidationFailed);
         assert!(error.message.starts_with("conversation_history[0].content"), "{}", error.message);
         let error = parse(br#"{"ask": "hi", "stream": "yes"}"#).unwrap_err();
         assert!(error.message.starts_with("stream:"), "{}", error.message);
-        assert_eq!(parse(br#"{"ask": "#).unwrap_err().code, ErrorCode::InvalidJson);
-        assert_eq!(parse(br#"{"ask": "x"} trailing"#).unwrap_err().code, ErrorCode::InvalidJson);
+        assert_eq!(parse(br#"{"ask": "#).unwrap_err().field.unwrap().kind, "json_invalid");
         assert!(parse(br#"{"ask": "x", "investigation_result": {}}"#).is_ok(), "unknown fields are ignored");
     }
 

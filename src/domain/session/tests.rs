@@ -270,7 +270,7 @@ fn pause_is_refused_when_nothing_waits_for_the_client() {
 #[test]
 fn resume_answers_every_pending_call_and_runs_again() {
     let mut session = paused();
-    let answers = Answers { outputs: vec![("c1".into(), "a chart".into())], decisions: vec![] };
+    let answers = Answers { outputs: vec![("c1".into(), "a chart".into())], decisions: vec![], ..Answers::default() };
     let events = session.resume(&answers, None).unwrap();
     assert_eq!(types(&events), ["resumed", "tool_result"]);
     assert_eq!(session.status(), Status::Running);
@@ -289,26 +289,94 @@ fn resume_applies_approvals_given_in_a_pause() {
         .unwrap();
     session.pause().unwrap();
     let approve = Decision { tool_call_id: "c1".into(), approved: true, reason: None };
-    let events = session.resume(&Answers { outputs: vec![], decisions: vec![approve] }, None).unwrap();
+    let events =
+        session.resume(&Answers { outputs: vec![], decisions: vec![approve], ..Answers::default() }, None).unwrap();
     assert_eq!(types(&events), ["resumed", "relay_decided", "tool_call"]);
     assert_eq!(session.runnable().len(), 1);
 }
 
 #[test]
 fn resume_is_refused_for_missing_unknown_or_doubled_answers_and_when_not_paused() {
-    let two = Answers { outputs: vec![("c1".into(), "a".into()), ("c1".into(), "b".into())], decisions: vec![] };
+    let two = Answers {
+        outputs: vec![("c1".into(), "a".into()), ("c1".into(), "b".into())],
+        decisions: vec![],
+        ..Answers::default()
+    };
     refused_invalid(paused().resume(&two, None));
     refused_invalid(paused().resume(&Answers::default(), None));
-    let unknown = Answers { outputs: vec![("zz".into(), "a".into())], decisions: vec![] };
+    let unknown = Answers { outputs: vec![("zz".into(), "a".into())], decisions: vec![], ..Answers::default() };
     refused_invalid(paused().resume(&unknown, None));
     let decision = Decision { tool_call_id: "c1".into(), approved: true, reason: None };
-    let wrong_kind = Answers { outputs: vec![], decisions: vec![decision] };
+    let wrong_kind = Answers { outputs: vec![], decisions: vec![decision], ..Answers::default() };
     refused_invalid(paused().resume(&wrong_kind, None));
     refused_conflict(running(ApprovalMode::Relay).resume(&Answers::default(), None));
     let mut resumed = paused();
-    let answers = Answers { outputs: vec![("c1".into(), "a".into())], decisions: vec![] };
+    let answers = Answers { outputs: vec![("c1".into(), "a".into())], decisions: vec![], ..Answers::default() };
     resumed.resume(&answers, None).unwrap();
     refused_conflict(resumed.resume(&answers, None));
+}
+
+fn lenient() -> AnswerRules {
+    AnswerRules::Lenient { unanswered: "denied by default".into(), missing_result: "no result".into() }
+}
+
+/// Paused with two approvals (`a1`, `a2`) and a frontend call (`f1`).
+fn paused_with_two_approvals_and_a_client_call() -> Session {
+    let mut session = running(ApprovalMode::Pause);
+    let calls = vec![call("a1", "refund"), call("a2", "refund"), call("f1", "chart")];
+    let decisions = vec![
+        CallDecision::Ask { relay_id: "r1".into() },
+        CallDecision::Ask { relay_id: "r2".into() },
+        CallDecision::Client,
+    ];
+    session.complete_step(step(calls), decisions, PermissionRules::default()).unwrap();
+    session.pause().unwrap();
+    session
+}
+
+#[test]
+fn a_lenient_resume_denies_unanswered_approvals_fails_missing_results_and_ignores_the_rest() {
+    let mut session = paused_with_two_approvals_and_a_client_call();
+    let approve = |id: &str| Decision { tool_call_id: id.into(), approved: true, reason: None };
+    let answers = Answers {
+        outputs: vec![("zz".into(), "not pending".into())],
+        decisions: vec![approve("a1"), approve("a1"), approve("f1"), approve("nope")],
+        rules: lenient(),
+    };
+    let events = session.resume(&answers, None).unwrap();
+    assert_eq!(
+        types(&events),
+        ["resumed", "relay_decided", "tool_call", "relay_decided", "tool_result", "tool_result"]
+    );
+    assert_eq!(session.runnable().iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["a1"]);
+    let outcome = |id: &str| {
+        events.iter().find_map(|e| match e {
+            EventKind::ToolResult { tool_call_id, status, output, .. } if tool_call_id == id => {
+                Some((*status, output.clone()))
+            }
+            _ => None,
+        })
+    };
+    assert_eq!(outcome("a2"), Some((ToolStatus::Denied, serde_json::json!("Permission denied: denied by default"))));
+    assert_eq!(outcome("f1"), Some((ToolStatus::Error, serde_json::json!("no result"))));
+    assert_eq!(session.status(), Status::Running);
+    refused_conflict(session.resume(&answers, None));
+}
+
+#[test]
+fn a_seeded_session_may_start_its_first_turn_on_its_history() {
+    let mut session = Session::new(spec(ApprovalMode::Pause));
+    let mut assistant = ChatMessage::text(Role::Assistant, "");
+    assistant.tool_calls = vec![call("c1", "chart")];
+    session.seed(vec![ChatMessage::text(Role::System, "s"), ChatMessage::text(Role::User, "q"), assistant]).unwrap();
+    refused_invalid(session.clone().start_turn_on_history(None));
+    let mut answered = Session::new(spec(ApprovalMode::Pause));
+    answered.seed(vec![ChatMessage::text(Role::User, "q"), ChatMessage::tool_result("c1", "drawn")]).unwrap();
+    let events = answered.start_turn_on_history(None).unwrap();
+    assert_eq!(types(&events), ["turn_started"]);
+    assert_eq!(answered.status(), Status::Running);
+    refused_conflict(answered.start_turn_on_history(None));
+    refused_conflict(running(ApprovalMode::Pause).start_turn_on_history(None));
 }
 
 #[test]

@@ -5,8 +5,8 @@
 use serde_json::Value;
 
 use super::{
-    Answers, CallDecision, CallPlan, INTERRUPTED, OUTCOME_UNKNOWN, PlannedCall, Refused, RelayDecision, Session,
-    Status, StepOutput, StepRestart, Truncation, TurnError, TurnState, conflict, invalid,
+    AnswerRules, Answers, CallDecision, CallPlan, INTERRUPTED, OUTCOME_UNKNOWN, PlannedCall, Refused, RelayDecision,
+    Session, Status, StepOutput, StepRestart, Truncation, TurnError, TurnState, conflict, invalid,
 };
 use crate::domain::{
     codes::{FailureCode, ToolOutcome, ToolStatus},
@@ -46,11 +46,38 @@ impl Session {
         Ok(vec![EventKind::TurnStarted { turn: self.turn, model: self.model.clone() }])
     }
 
-    /// The client answers a paused turn: every pending frontend call needs
-    /// exactly one result and every pending approval exactly one decision.
+    /// A turn without a new message: the model answers the conversation as
+    /// it was seeded (a client's history that ends with tool results or a
+    /// user message). Only for a session's first turn.
+    pub fn start_turn_on_history(&mut self, trace_parent: Option<String>) -> Result<Vec<EventKind>, Refused> {
+        if self.status != Status::Idle || self.turn != 0 {
+            return conflict("only a new, seeded session can start a turn without a message");
+        }
+        match self.conversation.messages.last().map(|m| m.role) {
+            Some(Role::User | Role::Tool) => {}
+            _ => return invalid("the conversation must end with a user message or tool results"),
+        }
+        self.turn = 1;
+        self.turn_state = TurnState::default();
+        self.trace_parent = trace_parent;
+        self.become_(Status::Running);
+        Ok(vec![EventKind::TurnStarted { turn: self.turn, model: self.model.clone() }])
+    }
+
+    /// The client answers a paused turn. Under [`AnswerRules::Strict`]
+    /// every pending frontend call needs exactly one result and every
+    /// pending approval exactly one decision; under
+    /// [`AnswerRules::Lenient`] what is missing is denied or failed and what
+    /// does not fit is ignored.
     pub fn resume(&mut self, answers: &Answers, trace_parent: Option<String>) -> Result<Vec<EventKind>, Refused> {
         if self.status != Status::AwaitingClient {
             return conflict(format!("the session is {}, not paused for the client", self.status.as_str()));
+        }
+        if let AnswerRules::Lenient { unanswered, missing_result } = &answers.rules {
+            let events = self.resume_leniently(answers, unanswered, missing_result);
+            self.trace_parent = trace_parent.or(self.trace_parent.take());
+            self.become_(Status::Running);
+            return Ok(events);
         }
         for (call_id, _) in &answers.outputs {
             if !self.open_calls().any(|c| c.call.id == *call_id && c.plan == CallPlan::Client) {
@@ -94,6 +121,33 @@ impl Session {
         self.trace_parent = trace_parent.or(self.trace_parent.take());
         self.become_(Status::Running);
         Ok(events)
+    }
+
+    /// [`AnswerRules::Lenient`]: each pending call takes the first answer
+    /// given for it, or the default for a call left unanswered.
+    fn resume_leniently(&mut self, answers: &Answers, unanswered: &str, missing_result: &str) -> Vec<EventKind> {
+        let open: Vec<(String, CallPlan)> = self.open_calls().map(|c| (c.call.id.clone(), c.plan.clone())).collect();
+        let mut events = vec![EventKind::Resumed { turn: self.turn }];
+        for (id, plan) in open {
+            match plan {
+                CallPlan::Client => {
+                    let outcome = match answers.outputs.iter().find(|(c, _)| *c == id) {
+                        Some((_, output)) => ToolOutcome::Success(output.clone()),
+                        None => ToolOutcome::Error(missing_result.to_string()),
+                    };
+                    events.extend(self.answer(&id, outcome));
+                }
+                CallPlan::Ask { relay_id } => {
+                    let decision = match answers.decisions.iter().find(|d| d.tool_call_id == id) {
+                        Some(d) => RelayDecision { approved: d.approved, always: false, reason: d.reason.clone() },
+                        None => RelayDecision { approved: false, always: false, reason: Some(unanswered.to_string()) },
+                    };
+                    events.extend(self.apply_decision(&relay_id, &decision));
+                }
+                _ => {}
+            }
+        }
+        events
     }
 
     /// Another replica (`replica`) carries the turn on from its last commit.
@@ -144,10 +198,11 @@ impl Session {
         if !self.conversation.full {
             return conflict("the history must be loaded to compact it");
         }
-        self.conversation.messages = messages;
+        let messages_before = self.conversation.messages.len();
+        self.conversation.messages = messages.clone();
         self.conversation.rewritten = true;
         self.updated_ms = now_ms();
-        Ok(vec![EventKind::CompactionDone { tokens_before, tokens_after, summary }])
+        Ok(vec![EventKind::CompactionDone { tokens_before, tokens_after, summary, messages_before, messages }])
     }
 
     /// A model response arrived whole: it joins the conversation and its

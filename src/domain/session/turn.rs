@@ -127,6 +127,21 @@ pub struct Answers {
     pub outputs: Vec<(String, String)>,
     /// Approvals of calls that needed permission, by tool call id.
     pub decisions: Vec<Decision>,
+    pub rules: AnswerRules,
+}
+
+/// How a resume treats answers that do not fit the pause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AnswerRules {
+    /// Every pending call is answered exactly once, and nothing else is
+    /// (the native API, AI SDK, AG-UI): anything else is refused.
+    #[default]
+    Strict,
+    /// As HolmesGPT's server resumes: an approval left without a decision
+    /// is denied for `unanswered` (the reason the model sees), a frontend
+    /// call left without a result gets the error `missing_result`, and an
+    /// answer for a call that is not pending (or a second one) is ignored.
+    Lenient { unanswered: String, missing_result: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -76,7 +76,7 @@ fn a_tool_round_reads_as_the_documented_sequence() {
 
 #[test]
 fn the_end_of_the_stream_is_done_with_context_usage_against_the_models_window() {
-    let limits = Limits { max_tokens: 1000, max_output_tokens: 100 };
+    let limits = Limits { max_tokens: 1000, max_output_tokens: 100, prices: None };
     let mut encoder = CosmoEncoder::new([("m".to_string(), limits)].into_iter().collect());
     encode_all(
         &mut encoder,

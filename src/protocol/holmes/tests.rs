@@ -12,7 +12,7 @@ fn names(frames: &[Frame]) -> Vec<&str> {
 
 #[test]
 fn a_step_is_sent_in_holmes_order_with_the_id_of_the_event_that_releases_it() {
-    let mut encoder = HolmesEncoder::new(Some(Limits { max_tokens: 1000, max_output_tokens: 100 }));
+    let mut encoder = HolmesEncoder::new(Some(Limits { max_tokens: 1000, max_output_tokens: 100, prices: None }));
     let started = EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "wipe".into() };
     assert!(encoder.encode(&event(2, started)).is_empty());
     encoder.encode(&event(3, EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"all":true}"#.into() }));

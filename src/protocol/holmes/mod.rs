@@ -34,13 +34,19 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value, json};
+mod finish;
+pub mod investigation;
 
+use serde_json::{Value, json};
+
+pub use self::finish::render_history;
+use self::finish::{describe, metadata};
 use super::{Encoder, EventKind, Frame, Limits, LogEvent, ModelLimits, PendingCall, PendingRelay, TurnEndReason};
-use crate::{
-    domain::{ChatMessage, FailureCode, Role, Session, ToolStatus, Usage},
-    orchestrator::context::estimate_text,
-};
+use crate::domain::{FailureCode, Session, ToolStatus, Usage};
+
+/// The prefix the orchestrator puts before the reason of a denied call
+/// (the model reads it; Holmes clients get the reason alone).
+const DENIED_PREFIX: &str = "Permission denied: ";
 
 /// Holmes' error code for a rate limit; everything else is 1.
 const RATE_LIMIT_CODE: u32 = 5204;
@@ -76,6 +82,8 @@ pub struct HolmesEncoder {
     /// The last `message_completed` content: Holmes' `analysis`.
     analysis: Option<String>,
     ending: Option<Ending>,
+    /// The stream answers a resume (HolmesGPT then offers no follow-ups).
+    resumed: bool,
     last_seq: u64,
 }
 
@@ -87,6 +95,11 @@ impl HolmesEncoder {
     /// For a stream whose model is not known yet.
     pub fn for_models(models: ModelLimits) -> Self {
         Self { models, ..Self::default() }
+    }
+
+    /// The stream answers a resume of a paused turn.
+    pub fn resuming(&mut self) {
+        self.resumed = true;
     }
 
     fn learn_model(&mut self, alias: &str) {
@@ -155,7 +168,12 @@ impl HolmesEncoder {
         };
         let (status, data, error) = match status {
             ToolStatus::Success => ("success", text, Value::Null),
-            ToolStatus::Error | ToolStatus::Denied => ("error", Value::Null, text),
+            ToolStatus::Error => ("error", Value::Null, text),
+            // HolmesGPT reports a denial as an error with the reason.
+            ToolStatus::Denied => {
+                let reason = text.as_str().map(|t| t.strip_prefix(DENIED_PREFIX).unwrap_or(t));
+                ("error", Value::Null, reason.map_or(text.clone(), |r| json!(r)))
+            }
         };
         let data = json!({
             "tool_call_id": tool_call_id,
@@ -262,7 +280,7 @@ impl Encoder for HolmesEncoder {
                 });
                 out.push(self.frame("conversation_history_compaction_start", data));
             }
-            EventKind::CompactionDone { tokens_before, tokens_after, summary } => {
+            EventKind::CompactionDone { tokens_before, tokens_after, summary, messages_before, messages } => {
                 self.release_all(&mut out);
                 let saved = if *tokens_before == 0 {
                     0.0
@@ -275,12 +293,13 @@ impl Encoder for HolmesEncoder {
                         "The conversation history has been compacted from {tokens_before} to {tokens_after} tokens"
                     ),
                     "compaction_summary": summary,
-                    // The compacted history is in the next `ai_answer_end`.
-                    "messages": [],
+                    "messages": render_history(messages),
                     "metadata": {
                         "initial_tokens": tokens_before,
                         "compacted_tokens": tokens_after,
                         "compression_ratio_pct": saved,
+                        "num_messages_before": messages_before,
+                        "num_messages_after": messages.len(),
                         "max_context_size": self.limits.map(|l| l.max_tokens),
                         "threshold_pct": crate::orchestrator::context::COMPACTION_THRESHOLD_PCT,
                     },
@@ -316,157 +335,8 @@ impl Encoder for HolmesEncoder {
     }
 
     fn finish(&mut self, session: &Session) -> Vec<Frame> {
-        let Some(ending) = self.ending.take() else { return Vec::new() };
-        self.learn_model(session.model());
-        let messages = session.history().unwrap_or_default();
-        let history = render_history(messages);
-        let metadata = self.final_metadata(session);
-        let (name, data) = match ending {
-            Ending::Answered => {
-                let analysis = self.analysis.clone().or_else(|| last_answer(messages)).unwrap_or_default();
-                let data = json!({
-                    "analysis": analysis,
-                    "conversation_history": history,
-                    "follow_up_actions": [],
-                    "metadata": metadata,
-                    "session_id": session.id(),
-                });
-                ("ai_answer_end", data)
-            }
-            Ending::Paused { relays, calls } => {
-                let approvals: Vec<Value> = relays
-                    .iter()
-                    .map(|r| {
-                        json!({"tool_call_id": r.tool_call_id, "tool_name": r.tool,
-                            "description": describe(&r.tool, &r.params), "params": r.params})
-                    })
-                    .collect();
-                let frontend: Vec<Value> = calls
-                    .iter()
-                    .map(|c| json!({"tool_call_id": c.tool_call_id, "tool_name": c.tool, "arguments": c.arguments}))
-                    .collect();
-                let data = json!({
-                    // The docs name it `content`, the real server `analysis`.
-                    "content": null,
-                    "analysis": null,
-                    "conversation_history": history,
-                    "follow_up_actions": [],
-                    "requires_approval": true,
-                    "pending_approvals": approvals,
-                    "pending_frontend_tool_calls": frontend,
-                    "metadata": metadata,
-                    "session_id": session.id(),
-                });
-                ("approval_required", data)
-            }
-        };
-        vec![self.frame(name, data)]
+        self.ending_frames(session)
     }
-}
-
-impl HolmesEncoder {
-    /// `metadata` at the end of the stream: the turn's usage, the stored
-    /// conversation's token breakdown and this turn's truncations.
-    fn final_metadata(&self, session: &Session) -> Value {
-        let messages = session.history().unwrap_or_default();
-        let mut metadata = metadata(&session.turn_usage(), token_breakdown(messages), self.limits);
-        if !session.truncations().is_empty() {
-            metadata["truncations"] = serde_json::to_value(session.truncations()).unwrap_or(Value::Null);
-        }
-        metadata
-    }
-}
-
-fn metadata(usage: &Usage, tokens: Value, limits: Option<Limits>) -> Value {
-    json!({
-        "usage": {
-            "prompt_tokens": usage.input_tokens,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-        },
-        "tokens": tokens,
-        "max_tokens": limits.map(|l| l.max_tokens),
-        "max_output_tokens": limits.map(|l| l.max_output_tokens),
-    })
-}
-
-/// Holmes' per-role token counts, estimated as the orchestrator does
-/// (tool definitions are not in the stored conversation: 0).
-fn token_breakdown(messages: &[ChatMessage]) -> Value {
-    let (mut system, mut user, mut assistant, mut calls, mut tools) = (0, 0, 0, 0, 0);
-    for message in messages {
-        let content = message.content.as_deref().map_or(0, estimate_text);
-        match message.role {
-            Role::System => system += content,
-            Role::User => user += content,
-            Role::Assistant => assistant += content,
-            Role::Tool => tools += content,
-        }
-        calls += message.tool_calls.iter().map(|c| estimate_text(&c.name) + estimate_text(&c.arguments)).sum::<u64>();
-    }
-    json!({
-        "total_tokens": system + user + assistant + calls + tools,
-        "tools_tokens": tools,
-        "system_tokens": system,
-        "user_tokens": user,
-        "tools_to_call_tokens": calls,
-        "assistant_tokens": assistant,
-        "other_tokens": 0,
-    })
-}
-
-/// A one-line description of a call: the tool and its arguments.
-fn describe(name: &str, params: &Value) -> String {
-    match params {
-        Value::Object(map) if map.is_empty() => name.to_string(),
-        Value::Null => name.to_string(),
-        other => format!("{name} {other}"),
-    }
-}
-
-fn last_answer(messages: &[ChatMessage]) -> Option<String> {
-    messages.iter().rev().find(|m| m.role == Role::Assistant).and_then(|m| m.content.clone())
-}
-
-/// The conversation in OpenAI's message format, as Holmes sends it: images
-/// of a user message become content parts; tool messages carry the name of
-/// the call they answer.
-pub fn render_history(messages: &[ChatMessage]) -> Vec<Value> {
-    let mut names: HashMap<&str, &str> = HashMap::new();
-    messages
-        .iter()
-        .map(|m| {
-            let mut out = Map::new();
-            out.insert("role".into(), serde_json::to_value(m.role).unwrap_or(Value::Null));
-            let content = if m.images.is_empty() {
-                json!(m.content)
-            } else {
-                let mut parts: Vec<Value> =
-                    m.content.iter().map(|text| json!({"type": "text", "text": text})).collect();
-                parts.extend(m.images.iter().map(|image| json!({"type": "image_url", "image_url": image})));
-                Value::Array(parts)
-            };
-            out.insert("content".into(), content);
-            if !m.tool_calls.is_empty() {
-                let calls: Vec<Value> = m
-                    .tool_calls
-                    .iter()
-                    .map(|c| {
-                        names.insert(&c.id, &c.name);
-                        json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
-                    })
-                    .collect();
-                out.insert("tool_calls".into(), Value::Array(calls));
-            }
-            if let Some(id) = &m.tool_call_id {
-                out.insert("tool_call_id".into(), json!(id));
-                if let Some(name) = names.get(id.as_str()) {
-                    out.insert("name".into(), json!(name));
-                }
-            }
-            Value::Object(out)
-        })
-        .collect()
 }
 
 #[cfg(test)]
