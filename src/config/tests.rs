@@ -233,3 +233,120 @@ fn a_subject_rate_defaults_its_burst_and_may_not_exceed_the_tenants() {
         "{errors}"
     );
 }
+
+#[test]
+fn model_ids_may_hold_slashes_and_colons_and_patterns_are_checked() {
+    let text = r#"
+[agent]
+default_model = "openai/gpt-4o-mini"
+
+[[tenants]]
+id = "acme"
+jwt = { hs256_secret = "0123456789abcdef" }
+models = ["openai/*", "nvidia/nemotron-nano-9b-v2:free"]
+default_model = "nvidia/nemotron-nano-9b-v2:free"
+
+[models."openai/*"]
+provider = "openai"
+
+[models."nvidia/nemotron-nano-9b-v2:free"]
+provider = "openai"
+model = "nvidia/nemotron-nano-9b-v2:free"
+prices = { input_per_million = 0.15, output_per_million = 0.6 }
+"#;
+    let config = Config::from_toml(text, &|_| None).expect("valid");
+    assert_eq!(config.model("openai/gpt-5").unwrap().config.model, "gpt-5");
+    assert_eq!(config.default_model("acme"), Some("nvidia/nemotron-nano-9b-v2:free"));
+    assert!(config.models["nvidia/nemotron-nano-9b-v2:free"].prices.is_some());
+
+    let bad = r#"
+[agent]
+default_model = "anthropic/claude"
+
+[[tenants]]
+id = "acme"
+jwt = { hs256_secret = "0123456789abcdef" }
+models = ["demo"]
+default_model = "mock/x"
+
+[models."has space"]
+provider = "demo"
+
+[models."mock/*"]
+provider = "openai"
+model = "fixed"
+
+[models."*"]
+provider = "openai"
+
+[models.demo]
+provider = "demo"
+prices = { input_per_million = -1 }
+"#;
+    let errors = Config::from_toml(bad, &|_| None).unwrap_err().to_string();
+    for expected in [
+        "agent.default_model: \"anthropic/claude\" is not a configured model alias",
+        "tenants[0].default_model: \"mock/*\" is not in this tenant's models",
+        "models.\"has space\": \"has space\" is not a model id",
+        "models.\"mock/*\".model: a pattern takes the upstream model id from the requested id",
+        "models.\"*\": a pattern is `prefix/*`",
+        "models.demo.prices.input_per_million: must be a number",
+        "models.demo.prices.output_per_million: required",
+    ] {
+        assert!(errors.contains(expected), "missing {expected:?} in:\n{errors}");
+    }
+}
+
+#[test]
+fn api_keys_may_replace_token_keys_and_anonymous_access_is_checked() {
+    let digest = "a".repeat(64);
+    let text = format!(
+        r#"
+[anonymous]
+tenant = "acme"
+subject = "anonymous"
+routes = ["holmes", "llm-gateway"]
+
+[[tenants]]
+id = "acme"
+api_keys = [{{ sha256 = "{digest}", subject = "ui" }}]
+
+[models.demo]
+provider = "demo"
+"#
+    );
+    let config = Config::from_toml(&text, &|_| None).expect("a tenant with API keys only needs no jwt");
+    assert!(config.tenants["acme"].jwt.keys.is_empty());
+    assert_eq!(config.anonymous.as_ref().unwrap().routes, [Dialect::Holmes, Dialect::LlmGateway]);
+    assert!(config.warnings()[0].contains("anonymous access is on"));
+
+    let bad = r#"
+[anonymous]
+tenant = "nobody"
+routes = ["holmes", "cosmo", "holmes"]
+
+[[tenants]]
+id = "acme"
+api_keys = [{ sha256 = "abc", subject = "ui" }, { sha256 = "0000000000000000000000000000000000000000000000000000000000000000" }]
+api_keys_file = "/nonexistent/keys.toml"
+
+[[tenants]]
+id = "globex"
+
+[models.demo]
+provider = "demo"
+"#;
+    let errors = Config::from_toml(bad, &|_| None).unwrap_err().to_string();
+    for expected in [
+        "anonymous.tenant: no tenant \"nobody\"",
+        "anonymous.subject: required",
+        "anonymous.routes[1]: \"cosmo\" is not one of holmes, llm-gateway, native, ai-sdk, ag-ui, zot",
+        "anonymous.routes[2]: \"holmes\" is listed twice",
+        "tenants[0].api_keys[0].sha256: must be 64 hex digits",
+        "tenants[0].api_keys[1].subject: required",
+        "tenants[0].api_keys_file: cannot read /nonexistent/keys.toml",
+        "tenants[1].jwt: required (hs256_secret, hs256_secret_env, keys or jwks_url) unless the tenant has api_keys",
+    ] {
+        assert!(errors.contains(expected), "missing {expected:?} in:\n{errors}");
+    }
+}

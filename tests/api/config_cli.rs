@@ -1,4 +1,4 @@
-//! The `switchboard` binary's `check-config` and `token` subcommands.
+//! The `switchboard` binary's `check-config`, `token` and `key` subcommands.
 
 use std::{io::Write, process::Command};
 
@@ -93,4 +93,51 @@ async fn token_prints_a_jwt_the_same_configuration_accepts() {
 fn token_for_an_unknown_tenant_fails() {
     let output = switchboard().args(["token", "--tenant", "nobody", "--subject", "x"]).output().unwrap();
     assert!(!output.status.success());
+}
+
+#[tokio::test]
+async fn key_prints_a_new_key_and_the_entry_that_accepts_it() {
+    let output = switchboard()
+        .args(["key", "--tenant", "dev", "--subject", "holmes-ui", "--scope", "sessions:admin"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let (key, entry) = (lines[0], lines[1]);
+    assert!(key.starts_with("sbk_") && key.len() > 40, "{key}");
+    assert!(!entry.contains(key), "the entry holds the digest, not the key");
+    let text = format!("[[tenants]]\nid = \"dev\"\napi_keys = [{entry}]\n[models.demo]\nprovider = \"demo\"\n");
+    let config = Config::from_toml(&text, &|_| None).expect("the entry pastes into a valid configuration");
+    let authenticator = Authenticator::from_config(&config);
+    let principal =
+        authenticator.authenticate(Some(&switchboard::auth::Credential::ApiKey(key.into())), "/v1/sessions").await;
+    let principal = principal.expect("the configuration accepts the key");
+    assert_eq!((&*principal.tenant, principal.subject.as_str()), ("dev", "holmes-ui"));
+    assert_eq!(principal.scopes, ["sessions:admin"]);
+    let another = switchboard().args(["key", "--tenant", "dev", "--subject", "x"]).output().unwrap();
+    assert_ne!(String::from_utf8(another.stdout).unwrap().lines().next(), Some(key), "keys are random");
+}
+
+#[test]
+fn check_config_warns_about_anonymous_access() {
+    let file = file_with(
+        r#"
+[anonymous]
+tenant = "acme"
+subject = "anonymous"
+routes = ["holmes", "llm-gateway"]
+
+[[tenants]]
+id = "acme"
+jwt = { hs256_secret = "0123456789abcdef" }
+[models.demo]
+provider = "demo"
+"#,
+    );
+    let output = switchboard().arg("check-config").arg("--config").arg(file.path()).output().unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("warning: anonymous access is on") && stderr.contains("holmes, llm-gateway"), "{stderr}");
 }

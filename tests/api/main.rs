@@ -6,6 +6,7 @@ mod helpers;
 mod sse;
 mod support;
 
+mod access;
 mod auth;
 mod auth_keys;
 mod clients;
@@ -15,6 +16,7 @@ mod dialects;
 mod fuzz;
 mod health;
 mod holmes;
+mod holmes_clients;
 mod hostile_input;
 mod isolation;
 mod limits;

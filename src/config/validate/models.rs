@@ -50,7 +50,7 @@ pub(super) fn validate_model(
     let pattern = alias.ends_with(PATTERN_SUFFIX);
     if !is_model_id(alias) {
         errors.push(path, format!("{alias:?} is not a model id: 1-{MAX_MODEL_ID_LEN} printable characters, no spaces"));
-    } else if pattern && pattern_prefix(alias).is_none_or(|p| p.len() < 2) {
+    } else if alias.contains('*') && (!pattern || pattern_prefix(alias).is_none_or(|p| p.len() < 2)) {
         errors.push(path, "a pattern is `prefix/*`, with a prefix and no other `*`");
     }
     let provider = match raw.provider.as_deref() {

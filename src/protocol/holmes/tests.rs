@@ -35,7 +35,7 @@ fn a_step_is_sent_in_holmes_order_with_the_id_of_the_event_that_releases_it() {
     let frames = encoder.encode(&event(6, denied));
     let result: Value = serde_json::from_str(&frames[0].data).unwrap();
     assert_eq!(result["result"]["status"], "error");
-    assert_eq!(result["result"]["error"], "Permission denied: no");
+    assert_eq!(result["result"]["error"], "no", "Holmes clients get the reason, as HolmesGPT sends it");
     assert_eq!(result["result"]["params"], json!({"all": true}));
     let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage };
     assert_eq!(names(&encoder.encode(&event(7, end))), ["token_count"]);
@@ -92,4 +92,80 @@ fn calls_a_cut_step_started_are_never_announced() {
     };
     let result: Value = serde_json::from_str(&encoder.encode(&event(7, denied))[0].data).unwrap();
     assert_eq!(result["result"]["params"], json!({"all": true}), "not the cut call's fragment first");
+}
+
+#[test]
+fn a_compaction_carries_the_compacted_messages_and_their_counts() {
+    use crate::domain::{ChatMessage, Role};
+    let mut encoder = HolmesEncoder::default();
+    let messages = vec![ChatMessage::text(Role::System, "sys"), ChatMessage::text(Role::User, "summary")];
+    let done = EventKind::CompactionDone {
+        tokens_before: 1000,
+        tokens_after: 400,
+        summary: "<analysis>S</analysis>".into(),
+        messages_before: 42,
+        messages,
+    };
+    let frames = encoder.encode(&event(3, done));
+    let data: Value = serde_json::from_str(&frames[0].data).unwrap();
+    assert_eq!(frames[0].event.as_deref(), Some("conversation_history_compacted"));
+    assert_eq!(data["messages"], json!([{"role": "system", "content": "sys"}, {"role": "user", "content": "summary"}]));
+    assert_eq!(data["metadata"]["num_messages_before"], 42);
+    assert_eq!(data["metadata"]["num_messages_after"], 2);
+    assert_eq!(data["metadata"]["compression_ratio_pct"], 60.0);
+}
+
+#[test]
+fn metadata_has_costs_when_the_model_has_prices() {
+    let prices = crate::config::Prices { input_per_million: 1.0, output_per_million: 4.0 };
+    let mut priced =
+        HolmesEncoder::new(Some(Limits { max_tokens: 1000, max_output_tokens: 100, prices: Some(prices) }));
+    let usage = Usage { input_tokens: 1000, output_tokens: 500, cache_read_tokens: 200, ..Usage::default() };
+    priced.encode(&event(1, EventKind::MessageCompleted { content: Some("hi".into()), reasoning: None }));
+    let frames = priced.encode(&event(2, EventKind::Usage { usage, total: usage }));
+    let data: Value = serde_json::from_str(&frames[0].data).unwrap();
+    assert_eq!(
+        data["metadata"]["costs"],
+        json!({"total_cost": 0.003, "total_tokens": 1500, "prompt_tokens": 1000, "completion_tokens": 500,
+            "cached_tokens": 200})
+    );
+    let mut unpriced = HolmesEncoder::new(Some(Limits { max_tokens: 1000, max_output_tokens: 100, prices: None }));
+    unpriced.encode(&event(1, EventKind::MessageCompleted { content: Some("hi".into()), reasoning: None }));
+    let frames = unpriced.encode(&event(2, EventKind::Usage { usage, total: usage }));
+    let data: Value = serde_json::from_str(&frames[0].data).unwrap();
+    assert!(data["metadata"].get("costs").is_none());
+}
+
+#[test]
+fn follow_up_actions_come_with_a_conversations_first_answer_only() {
+    use crate::{
+        domain::{ChatMessage, Role},
+        protocol::testing::doc_at,
+    };
+    let answered = |resumed: bool, history: Vec<ChatMessage>| {
+        let mut encoder = HolmesEncoder::default();
+        if resumed {
+            encoder.resuming();
+        }
+        let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: Usage::default() };
+        encoder.encode(&event(1, end));
+        let frames = encoder.finish(&doc_at("m", 1, history));
+        let data: Value = serde_json::from_str(&frames[0].data).unwrap();
+        data["follow_up_actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let first = vec![
+        ChatMessage::text(Role::System, "s"),
+        ChatMessage::text(Role::User, "q"),
+        ChatMessage::text(Role::Assistant, "a"),
+    ];
+    assert_eq!(answered(false, first.clone()), ["logs", "graphs", "articles"]);
+    assert!(answered(true, first.clone()).is_empty(), "not after a resume");
+    let mut second = first;
+    second.extend([ChatMessage::text(Role::User, "q2"), ChatMessage::text(Role::Assistant, "a2")]);
+    assert!(answered(false, second).is_empty(), "not on a later question");
 }

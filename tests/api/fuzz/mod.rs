@@ -12,10 +12,13 @@
 //! on timing. So a request that *could* start one is skipped before it is
 //! sent: [`may_start_turn`] over-approximates what the turn-starting routes
 //! accept (a string `content` for an existing session; a Holmes `ask` that is
-//! not a resume, on a known or default model or an existing session; an
-//! llm-gateway chat on a known model whose last message is an object;
-//! serde's positional form, an array of fields, is refused by the body guard).
-//! Resumes need a paused session, and no session here ever ran a turn. A
+//! not a resume, on a known or default model or an existing session — or a
+//! resume without a session id whose history holds tool calls, which may
+//! start a conversation anew; an issue chat or an investigation with its
+//! required fields; an llm-gateway chat on a known or default model whose
+//! last message is an object; serde's positional form, an array of fields,
+//! is refused by the body guard). Other resumes need a paused session, and
+//! no session here ever ran a turn. A
 //! turn the guard missed cannot go unnoticed: starting one writes the state
 //! and the first event before the answer, so that case's store comparison
 //! fails; and at the end only session states may be stored and the upstream
@@ -44,12 +47,17 @@ type Snapshot = BTreeMap<String, Vec<u8>>;
 const CASES: u32 = 1500;
 
 /// Every route of `src/api/mod.rs`.
-const ROUTES: [(&str, &str); 18] = [
+const ROUTES: [(&str, &str); 23] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/api/model"),
     ("POST", "/api/chat"),
+    ("POST", "/api/stream/chat"),
+    ("POST", "/api/investigate"),
+    ("POST", "/api/stream/investigate"),
+    ("POST", "/api/issue_chat"),
+    ("POST", "/api/stream/issue_chat"),
     ("GET", "/models"),
     ("POST", "/chat"),
     ("POST", "/chat/relay/{relay_id}"),
@@ -81,23 +89,23 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
         _ => return false,
     };
     let known_model = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|m| MODELS.contains(&m));
+    let known_or_default = body.get("model").is_none_or(Value::is_null) || known_model(body.get("model"));
+    let is = |key: &str, kind: fn(&Value) -> bool| body.get(key).is_some_and(kind);
     match route {
         "/v1/sessions/{id}/messages" => known_session && body.get("content").is_some_and(Value::is_string),
-        "/api/chat" => {
-            let resume = ["tool_decisions", "frontend_tool_results"]
-                .iter()
-                .any(|k| body.get(*k).and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
-            let on = match body.get("session_id") {
-                None | Some(Value::Null) => {
-                    body.get("model").is_none_or(Value::is_null) || known_model(body.get("model"))
-                }
-                Some(Value::String(id)) => sessions.contains(id),
-                Some(_) => false,
-            };
-            body.get("ask").is_some_and(Value::is_string) && !resume && on
+        "/api/chat" | "/api/stream/chat" => holmes_chat_may_start(&body, sessions, known_or_default),
+        "/api/issue_chat" | "/api/stream/issue_chat" => {
+            is("investigation_result", Value::is_object)
+                && is("issue_type", Value::is_string)
+                && holmes_chat_may_start(&body, sessions, known_or_default)
+        }
+        "/api/investigate" | "/api/stream/investigate" => {
+            ["source", "title", "description"].iter().all(|k| is(k, Value::is_string))
+                && ["subject", "context"].iter().all(|k| is(k, Value::is_object))
+                && known_or_default
         }
         "/chat" => {
-            known_model(body.get("model"))
+            known_or_default
                 && body.get("messages").and_then(Value::as_array).and_then(|m| m.last()).is_some_and(Value::is_object)
         }
         // A chat id or thread id (new: the session is created) with a last
@@ -113,6 +121,25 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
         }
         _ => false,
     }
+}
+
+/// A Holmes chat body that may start a turn: a question (not a resume) on
+/// a known or default model or an existing session, or a resume with no
+/// session id whose history holds tool calls (a conversation started anew).
+fn holmes_chat_may_start(body: &serde_json::Map<String, Value>, sessions: &[String], known_or_default: bool) -> bool {
+    let resume = ["tool_decisions", "frontend_tool_results"]
+        .iter()
+        .any(|k| body.get(*k).and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    let no_session = body.get("session_id").is_none_or(Value::is_null);
+    let on = match body.get("session_id") {
+        None | Some(Value::Null) => known_or_default,
+        Some(Value::String(id)) => sessions.contains(id),
+        Some(_) => false,
+    };
+    let history_with_calls = (body.get("conversation_history").and_then(Value::as_array))
+        .is_some_and(|h| h.iter().any(|m| m.get("tool_calls").is_some_and(|c| !c.is_null())));
+    let asks = body.get("ask").is_some_and(Value::is_string);
+    asks && ((!resume && on) || (resume && no_session && history_with_calls))
 }
 
 fn last_message_is_object(body: &serde_json::Map<String, Value>) -> bool {
@@ -195,7 +222,15 @@ struct Fuzz {
 
 impl Fuzz {
     async fn start() -> Self {
-        let app = spawn_app_with(AppOptions::default()).await;
+        let mut options = AppOptions::default();
+        let entry = |key: &str, subject: &str| {
+            let digest = switchboard::config::access::digest(key);
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            format!("api_keys = [{{ sha256 = \"{hex}\", subject = \"{subject}\" }}]")
+        };
+        options.tenant_toml.push(("acme".into(), entry(ALICE_KEY, "alice")));
+        options.tenant_toml.push(("globex".into(), entry(GLOBEX_KEY, "gary")));
+        let app = spawn_app_with(options).await;
         let alice = app.token("acme", "alice");
         let session = app.create_session(&alice, "mock").await;
         // A character in the middle of the signature: all its bits count.
@@ -228,7 +263,15 @@ impl Fuzz {
             path = format!("{path}?{query}");
         }
         let h = &case.headers;
+        let api_key = match &h.auth {
+            Auth::AliceKey => Some(ALICE_KEY.to_string()),
+            Auth::GlobexKey => Some(GLOBEX_KEY.to_string()),
+            Auth::ApiKey(text) => Some(text.clone()),
+            _ => None,
+        };
         let authorization = match &h.auth {
+            Auth::AliceKey | Auth::GlobexKey | Auth::ApiKey(_) => None,
+            Auth::AliceKeyBearer => Some(format!("Bearer {ALICE_KEY}")),
             Auth::Alice => Some(self.alice.clone()),
             Auth::Bob => Some(self.bob.clone()),
             Auth::Admin => Some(self.admin.clone()),
@@ -240,6 +283,7 @@ impl Fuzz {
         };
         let named = [
             ("authorization", authorization),
+            ("x-api-key", api_key),
             ("content-type", h.content_type.clone()),
             ("accept", h.accept.clone()),
             ("last-event-id", h.last_event_id.clone()),
@@ -322,15 +366,26 @@ impl Fuzz {
     }
 }
 
-/// `{"error": {"code": …, "message": …}}`, or llm-gateway's `{"error": "…"}`.
+/// `{"error": {"code": …, "message": …}}`, llm-gateway's `{"error": "…"}`,
+/// or FastAPI's `{"detail": "…"}` / `{"detail": [{loc, msg, type}]}` (Holmes).
 fn is_error_body(body: &str) -> bool {
     let Ok(body) = serde_json::from_str::<Value>(body) else { return false };
-    match &body["error"] {
-        Value::String(message) => !message.is_empty(),
-        Value::Object(error) => error.get("code").is_some_and(Value::is_string) && error["message"].is_string(),
+    let listed = |entries: &Vec<Value>| {
+        !entries.is_empty()
+            && entries.iter().all(|e| e["loc"].is_array() && e["msg"].is_string() && e["type"].is_string())
+    };
+    match (&body["error"], &body["detail"]) {
+        (Value::String(message), _) => !message.is_empty(),
+        (Value::Object(error), _) => error.get("code").is_some_and(Value::is_string) && error["message"].is_string(),
+        (_, Value::String(detail)) => !detail.is_empty(),
+        (_, Value::Array(entries)) => listed(entries),
         _ => false,
     }
 }
+
+/// The API keys of the fuzzed app: acme/alice's and globex/gary's.
+const ALICE_KEY: &str = "sbk_fuzz_alice";
+const GLOBEX_KEY: &str = "sbk_fuzz_gary";
 
 fn changes(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     let removed = before.keys().filter(|k| !after.contains_key(*k)).map(|k| format!("removed {k}"));

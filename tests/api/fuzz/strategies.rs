@@ -40,6 +40,16 @@ pub(super) fn valid_bodies(route: &str, id: &str) -> Vec<Value> {
                 "tool_decisions": [{"tool_call_id": "call_1", "approved": true, "feedback": "ok"}],
                 "frontend_tool_results": [{"tool_call_id": "call_2", "tool_name": "render_chart", "result": "{}"}]}),
         ],
+        "/api/stream/chat" => valid_bodies("/api/chat", id),
+        "/api/investigate" | "/api/stream/investigate" => vec![json!({"source": "prometheus", "title": "Pod down",
+            "description": "It crashed", "subject": {"pod": "p"}, "context": {"alert": "x"},
+            "source_instance_id": "ApiRequest", "include_tool_calls": true, "include_tool_call_results": false,
+            "prompt_template": "builtin://generic_investigation.jinja2", "sections": {"Summary": "One line"},
+            "model": "no-such-model"})],
+        "/api/issue_chat" | "/api/stream/issue_chat" => vec![json!({"ask": "how do I fix it?",
+            "issue_type": "CrashLoopBackOff", "model": "no-such-model",
+            "investigation_result": {"result": "OOM", "tools": [{"name": "logs", "description": "d", "output": "o"}]},
+            "conversation_history": [{"role": "system", "content": "You help."}]})],
         "/chat" => vec![json!({"model": "no-such-model", "mode": "agent", "maxIterations": 3, "maxDepth": 1,
             "permissions": permissions, "messages": [
                 {"role": "system", "content": "You help."},
@@ -113,6 +123,13 @@ pub(super) struct Headers {
 #[derive(Debug, Clone)]
 pub(super) enum Auth {
     Alice,
+    /// Alice's API key as `X-API-Key`, or as `Authorization: Bearer <key>`.
+    AliceKey,
+    AliceKeyBearer,
+    /// globex's key.
+    GlobexKey,
+    /// `X-API-Key: <text>`.
+    ApiKey(String),
     /// Same tenant, another subject.
     Bob,
     /// Same tenant, `sessions:admin`.
@@ -216,11 +233,15 @@ pub(super) fn param(texts: &'static str) -> impl Strategy<Value = Param> {
 /// Names a random header must not take: framing headers would make the
 /// request unreadable before the app sees it, the others are drawn apart.
 pub(super) const RESERVED: &str = "host|content-length|transfer-encoding|connection|te|upgrade|expect|keep-alive|\
-                        proxy-connection|trailer|authorization|content-type|accept|last-event-id";
+                        proxy-connection|trailer|authorization|x-api-key|content-type|accept|last-event-id";
 
 pub(super) fn headers() -> impl Strategy<Value = Headers> {
     let auth = prop_oneof![
-        12 => Just(Auth::Alice),
+        10 => Just(Auth::Alice),
+        1 => Just(Auth::AliceKey),
+        1 => Just(Auth::AliceKeyBearer),
+        1 => Just(Auth::GlobexKey),
+        1 => visible(40).prop_map(Auth::ApiKey),
         1 => Just(Auth::Bob),
         1 => Just(Auth::Admin),
         1 => Just(Auth::Globex),
