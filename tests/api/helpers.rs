@@ -272,10 +272,20 @@ impl Drop for TestApp {
     }
 }
 
-/// Asserts the standard JSON error body and returns it.
+/// Asserts the standard JSON error body and returns it. On a Holmes route
+/// (`/api/…`), whose body is FastAPI's `{"detail": "…"}` without a code, it
+/// asserts that shape instead (the status stands for the code) and returns
+/// the detail as `error.message` of the standard shape, so callers read it
+/// in one place.
 pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(response.status(), status);
     let request_id = response.headers().get("x-request-id").cloned().expect("a request id on every response");
+    if response.url().path().starts_with("/api/") {
+        let body: Value = response.json().await.expect("a JSON error body");
+        let detail = body["detail"].as_str().unwrap_or_else(|| panic!("not a FastAPI error body: {body}"));
+        assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+        return serde_json::json!({"error": {"code": code, "message": detail, "request_id": request_id.to_str().unwrap()}});
+    }
     let body: Value = response.json().await.expect("a JSON error body");
     assert_eq!(body["error"]["code"], code, "{body}");
     assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");

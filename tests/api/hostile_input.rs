@@ -35,6 +35,8 @@ async fn post_endpoints(app: &TestApp, token: &str) -> Vec<String> {
         format!("/v1/sessions/{id}/tool-results"),
         format!("/v1/sessions/{id}/relays/relay_x"),
         "/api/chat".to_string(),
+        "/api/investigate".to_string(),
+        "/api/issue_chat".to_string(),
         "/chat".to_string(),
         "/chat/relay/relay_x".to_string(),
     ]
@@ -55,10 +57,12 @@ async fn post_raw(app: &TestApp, path: &str, token: &str, body: String) -> reqwe
         .unwrap()
 }
 
-/// The error message of a refusal, whichever body shape the route uses.
+/// The error message of a refusal, whichever body shape the route uses
+/// (ours, llm-gateway's `{"error": "…"}`, Holmes' `{"detail": "…"}`).
 async fn message(response: reqwest::Response) -> String {
     let body: Value = response.json().await.unwrap();
-    body["error"]["message"].as_str().or(body["error"].as_str()).unwrap_or_default().to_string()
+    let text = body["error"]["message"].as_str().or(body["error"].as_str()).or(body["detail"].as_str());
+    text.unwrap_or_default().to_string()
 }
 
 #[tokio::test]
