@@ -10,18 +10,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{AppOptions, TestApp, assert_detail, assert_error, spawn_replica},
+    helpers::{AppOptions, TestApp, api_key_entry as entry, assert_detail, assert_error, spawn_replica},
     support::mock_upstream::{MockUpstream, Reply},
 };
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// An `api_keys` entry for `key`.
-fn entry(key: &str, subject: &str) -> String {
-    format!("{{ sha256 = \"{}\", subject = \"{subject}\" }}", hex(&switchboard::config::access::digest(key)))
-}
 
 async fn spawn(tweak: impl FnOnce(&mut AppOptions, &str)) -> TestApp {
     let upstream = Arc::new(MockUpstream::start().await);

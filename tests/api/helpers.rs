@@ -359,3 +359,9 @@ pub async fn assert_invalid(response: Response) -> Value {
     assert!(entry["msg"].as_str().is_some_and(|m| !m.is_empty()) && entry["type"].is_string(), "{body}");
     entry
 }
+
+/// The `api_keys` entry that accepts `key` for `subject` (TOML).
+pub fn api_key_entry(key: &str, subject: &str) -> String {
+    let digest: String = switchboard::config::access::digest(key).iter().map(|b| format!("{b:02x}")).collect();
+    format!("{{ sha256 = \"{digest}\", subject = \"{subject}\" }}")
+}

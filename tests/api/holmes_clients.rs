@@ -8,7 +8,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{AppOptions, assert_detail, assert_invalid, store_snapshot},
+    helpers::{AppOptions, api_key_entry, assert_detail, assert_invalid, store_snapshot},
     orchestrator::{World, kinds, of_kind, tool_messages, world},
     sse::{Frame, SseReader},
     support::mock_upstream::Reply,
@@ -19,14 +19,7 @@ const UI_KEY: &str = "holmes-ui-key-0123456789";
 
 /// acme accepts [`UI_KEY`] for subject `holmes-ui`.
 fn with_ui_key(options: &mut AppOptions) {
-    let digest = hex(&switchboard::config::access::digest(UI_KEY));
-    options
-        .tenant_toml
-        .push(("acme".into(), format!("api_keys = [{{ sha256 = \"{digest}\", subject = \"holmes-ui\" }}]")));
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    options.tenant_toml.push(("acme".into(), format!("api_keys = [{}]", api_key_entry(UI_KEY, "holmes-ui"))));
 }
 
 /// `POST path` on replica `on` with the UI's key.

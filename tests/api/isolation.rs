@@ -26,20 +26,11 @@ const GLOBEX_ADMIN_KEY: &str = "globex-admin-key";
 
 /// API keys for acme/bob and globex's alice and admin, beside their tokens.
 fn with_keys(options: &mut crate::helpers::AppOptions) {
-    let digest =
-        |key: &str| switchboard::config::access::digest(key).iter().map(|b| format!("{b:02x}")).collect::<String>();
-    options
-        .tenant_toml
-        .push(("acme".into(), format!("api_keys = [{{ sha256 = \"{}\", subject = \"bob\" }}]", digest(BOB_KEY))));
-    options.tenant_toml.push((
-        "globex".into(),
-        format!(
-            "api_keys = [{{ sha256 = \"{}\", subject = \"alice\" }}, \
-             {{ sha256 = \"{}\", subject = \"ops\", scopes = [\"sessions:admin\"] }}]",
-            digest(GLOBEX_ALICE_KEY),
-            digest(GLOBEX_ADMIN_KEY)
-        ),
-    ));
+    let entry = crate::helpers::api_key_entry;
+    let admin = entry(GLOBEX_ADMIN_KEY, "ops").replace(" }", ", scopes = [\"sessions:admin\"] }");
+    options.tenant_toml.push(("acme".into(), format!("api_keys = [{}]", entry(BOB_KEY, "bob"))));
+    let globex = format!("api_keys = [{}, {admin}]", entry(GLOBEX_ALICE_KEY, "alice"));
+    options.tenant_toml.push(("globex".into(), globex));
 }
 
 /// How a stranger authenticates.

@@ -37,7 +37,7 @@ use reqwest::{Method, StatusCode, header::CONTENT_TYPE};
 use serde_json::Value;
 
 use self::strategies::{Auth, BodyRecipe, Case, MODELS, case, mutated, valid_bodies};
-use crate::helpers::{AppOptions, TestApp, spawn_app_with, store_snapshot};
+use crate::helpers::{AppOptions, TestApp, api_key_entry, spawn_app_with, store_snapshot};
 
 mod strategies;
 
@@ -223,11 +223,7 @@ struct Fuzz {
 impl Fuzz {
     async fn start() -> Self {
         let mut options = AppOptions::default();
-        let entry = |key: &str, subject: &str| {
-            let digest = switchboard::config::access::digest(key);
-            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-            format!("api_keys = [{{ sha256 = \"{hex}\", subject = \"{subject}\" }}]")
-        };
+        let entry = |key: &str, subject: &str| format!("api_keys = [{}]", api_key_entry(key, subject));
         options.tenant_toml.push(("acme".into(), entry(ALICE_KEY, "alice")));
         options.tenant_toml.push(("globex".into(), entry(GLOBEX_KEY, "gary")));
         let app = spawn_app_with(options).await;
