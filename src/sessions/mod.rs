@@ -77,6 +77,10 @@ pub enum SessionError {
     NotFound,
     #[error("relay not found")]
     RelayNotFound,
+    /// The relay's decision was already taken (by another request, or the
+    /// relay's turn has moved on): of racing decisions one wins.
+    #[error("this relay was already decided")]
+    RelayDecided,
     /// A tenant quota (concurrent sessions) is used up.
     #[error("{message}")]
     RateLimited { message: String, retry_after_secs: u64 },

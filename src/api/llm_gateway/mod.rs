@@ -66,7 +66,8 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
 
 /// `POST /chat/relay/{relayId}`: a permission decision for a live relay, on
 /// any replica. 404 `Session not found` / `Relay not found` (also for
-/// another tenant's), 409 when it was already decided.
+/// another tenant's, and for a relay already decided: llm-gateway forgets a
+/// relay once it is answered).
 pub async fn relay(
     State(state): State<AppState>,
     principal: Principal,
@@ -85,7 +86,7 @@ pub async fn relay(
 fn not_found(error: SessionError) -> ApiError {
     match error {
         SessionError::NotFound => ApiError::not_found("Session not found"),
-        SessionError::RelayNotFound => ApiError::not_found("Relay not found"),
+        SessionError::RelayNotFound | SessionError::RelayDecided => ApiError::not_found("Relay not found"),
         other => other.into(),
     }
 }
