@@ -20,7 +20,12 @@ async fn a_chat_with_text_a_permitted_a_denied_and_a_relayed_tool_matches_the_go
     let w = world(2, |_| {}).await;
     w.upstream.push(
         Reply::new()
-            .text(["Checking order 42 first."])
+            // Interleaved, so no two deltas are adjacent (the writer merges
+            // adjacent ones of a kind): the blocks show as repeated ids.
+            .reasoning(["Three asks."])
+            .text(["Checking order 42 first; "])
+            .reasoning(["The refund needs a decision."])
+            .text(["then the rest."])
             .tool_call("call_lookup", "lookup", [r#"{"id":"42"}"#])
             .tool_call("call_wipe", "wipe", ["{}"])
             .tool_call("call_refund", "refund", [r#"{"order":"42"}"#])
@@ -45,6 +50,14 @@ async fn a_chat_with_text_a_permitted_a_denied_and_a_relayed_tool_matches_the_go
 
     let normalised = normalise(&text, &[(&session_id, "<session>"), (&relay_id, "<relay>")]);
     assert_golden("llm_gateway_chat.sse", &normalised);
+    // One id per model call's text and per its reasoning: three blocks.
+    let frames = stream.frames();
+    let blocks: Vec<(&str, String)> = (frames.iter())
+        .filter(|f| f.event == "text" || f.event == "reasoning")
+        .map(|f| (f.event.as_str(), f.data["id"].to_string()))
+        .collect();
+    let distinct: std::collections::BTreeSet<_> = blocks.iter().collect();
+    assert_eq!((blocks.len(), distinct.len()), (5, 3), "{blocks:?}");
     assert_eq!((w.tools.calls("lookup"), w.tools.calls("wipe"), w.tools.calls("refund")), (1, 0, 1));
     // The earlier messages reached the model as history.
     let sent = &w.model_request(0)["messages"];

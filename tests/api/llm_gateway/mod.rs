@@ -1,12 +1,14 @@
 //! The llm-gateway dialect end to end: `POST /chat` streams, relays
 //! answered on another replica, request permissions, llm-gateway's own
-//! message shapes, and bad input.
+//! message shapes, subagents and their runs, block ids across a rejoin, and
+//! bad input.
 //!
 //! Golden transcripts: `tests/api/golden/llm_gateway_*.sse` (see
 //! `support/raw_sse.rs` for how they are regenerated); review a diff
 //! against the seed (../shared/seeds/002_*.txt) and LLMGW-TOOLS.md.
 
 mod chat;
+mod runs;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -44,6 +46,18 @@ async fn assert_gateway_error(response: reqwest::Response, status: StatusCode) -
     let message = body["error"].as_str().unwrap_or_else(|| panic!("{{\"error\": string}} expected: {body}"));
     assert!(!message.is_empty());
     message.to_string()
+}
+
+/// `GET /v1/sessions/{id}/events?format=llm-gateway` on `app`, after `Last-Event-ID`.
+async fn rejoin(app: &TestApp, token: &str, session_id: &str, last_event_id: u64) -> RawSse {
+    let url = app.url(&format!("/v1/sessions/{session_id}/events?format=llm-gateway"));
+    let request = app.client.get(url).bearer_auth(token).header("last-event-id", last_event_id.to_string());
+    RawSse::new(request.send().await.expect("request sent"))
+}
+
+/// The session id a stream's `connected` frame names.
+fn session_of(stream: &RawSse) -> String {
+    stream.frames()[0].data["sessionId"].as_str().expect("a connected frame first").to_string()
 }
 
 fn kinds(frames: &[Frame]) -> Vec<&str> {
