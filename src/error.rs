@@ -226,7 +226,7 @@ enum BodyStyle {
 }
 
 fn body_style(path: &str) -> BodyStyle {
-    if path == "/chat" || path.starts_with("/chat/") || path == "/models" {
+    if path == "/chat" || path.starts_with("/chat/") || path == "/models" || path == "/summarize" {
         BodyStyle::LlmGateway
     } else {
         BodyStyle::Standard

@@ -1,7 +1,8 @@
 //! The llm-gateway dialect (PROTOCOLS.md §2): `event: <type>` frames whose
 //! `data` repeats the type and carries `runId`, `agentId` and, for
 //! subagents, `parentId`. Frames keep our `id: <seq>` so a stream can be
-//! rejoined with `Last-Event-ID`.
+//! rejoined with `Last-Event-ID`. `summary.rs` renders `POST /summarize`,
+//! which is not a session.
 //!
 //! | canonical event | llm-gateway |
 //! |---|---|
@@ -48,6 +49,7 @@
 //! mid-way takes the id of the first delta it sees.
 
 mod blocks;
+pub mod summary;
 #[cfg(test)]
 mod tests;
 
@@ -281,7 +283,7 @@ fn end_reason(reason: TurnEndReason) -> &'static str {
 }
 
 /// llm-gateway's usage fields; the cache counts only when there are any.
-fn usage_fields(usage: &Usage) -> Value {
+pub(crate) fn usage_fields(usage: &Usage) -> Value {
     let mut fields = json!({"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens});
     if usage.cache_read_tokens > 0 {
         fields["cacheReadTokens"] = json!(usage.cache_read_tokens);

@@ -13,8 +13,9 @@
 //! sent: [`may_start_turn`] over-approximates what the turn-starting routes
 //! accept (a string `content` for an existing session; a Holmes `ask` that is
 //! not a resume, on a known or default model or an existing session; an
-//! llm-gateway chat on a known model whose last message is an object;
-//! serde's positional form, an array of fields, is refused by the body guard).
+//! llm-gateway chat on a known or the default model whose last message is
+//! an object; a summary, no turn but a model call, likewise; serde's
+//! positional form, an array of fields, is refused by the body guard).
 //! Resumes need a paused session, and no session here ever ran a turn. A
 //! turn the guard missed cannot go unnoticed: starting one writes the state
 //! and the first event before the answer, so that case's store comparison
@@ -44,7 +45,7 @@ type Snapshot = BTreeMap<String, Vec<u8>>;
 const CASES: u32 = 1500;
 
 /// Every route of `src/api/mod.rs`.
-const ROUTES: [(&str, &str); 18] = [
+const ROUTES: [(&str, &str); 19] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -53,6 +54,7 @@ const ROUTES: [(&str, &str); 18] = [
     ("GET", "/models"),
     ("POST", "/chat"),
     ("POST", "/chat/relay/{relay_id}"),
+    ("POST", "/summarize"),
     ("POST", "/v1/sessions"),
     ("GET", "/v1/sessions/{id}"),
     ("GET", "/v1/sessions/{id}/events"),
@@ -81,6 +83,7 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
         _ => return false,
     };
     let known_model = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|m| MODELS.contains(&m));
+    let default_model = |v: Option<&Value>| v.is_none_or(|m| m.is_null() || m == "");
     match route {
         "/v1/sessions/{id}/messages" => known_session && body.get("content").is_some_and(Value::is_string),
         "/api/chat" => {
@@ -96,9 +99,15 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
             };
             body.get("ask").is_some_and(Value::is_string) && !resume && on
         }
+        // Without a model (or an empty one), the tenant's default.
         "/chat" => {
-            known_model(body.get("model"))
+            (default_model(body.get("model")) || known_model(body.get("model")))
                 && body.get("messages").and_then(Value::as_array).and_then(|m| m.last()).is_some_and(Value::is_object)
+        }
+        // No turn, but a model call: skipped alike, so the upstream is never called.
+        "/summarize" => {
+            (default_model(body.get("model")) || known_model(body.get("model")))
+                && body.get("messages").and_then(Value::as_array).is_some_and(|m| !m.is_empty())
         }
         // A chat id or thread id (new: the session is created) with a last
         // message, on a known or the default model.

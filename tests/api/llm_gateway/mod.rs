@@ -1,7 +1,6 @@
 //! The llm-gateway dialect end to end: `POST /chat` streams, relays
-//! answered on another replica, request permissions, llm-gateway's own
-//! message shapes, subagents and their runs, block ids across a rejoin, and
-//! bad input.
+//! answered on another replica, request permissions, subagents and their
+//! runs, block ids across a rejoin, `POST /summarize`, and bad input.
 //!
 //! Golden transcripts: `tests/api/golden/llm_gateway_*.sse` (see
 //! `support/raw_sse.rs` for how they are regenerated); review a diff
@@ -9,6 +8,7 @@
 
 mod chat;
 mod runs;
+mod summarize;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
