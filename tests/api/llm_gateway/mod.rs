@@ -1,11 +1,13 @@
 //! The llm-gateway dialect end to end: `POST /chat` streams, relays
 //! answered on another replica, request permissions, subagents and their
-//! runs, block ids across a rejoin, `POST /summarize`, and bad input.
+//! runs, block ids across a rejoin, `POST /summarize`, a deployment open to
+//! anonymous clients, and bad input.
 //!
 //! Golden transcripts: `tests/api/golden/llm_gateway_*.sse` (see
 //! `support/raw_sse.rs` for how they are regenerated); review a diff
 //! against the seed (../shared/seeds/002_*.txt) and LLMGW-TOOLS.md.
 
+mod anonymous;
 mod chat;
 mod runs;
 mod summarize;
