@@ -31,6 +31,7 @@ use crate::{
     limits::{self, RateLimits},
     orchestrator::{Orchestrator, prompt},
     protocol::ModelLimits,
+    providers::Providers,
     sessions::{Sessions, TurnRunner},
     store::{NOTICE_CHANNEL, Store, StoreError},
     telemetry::{attributes as attr, metrics::Metrics, timing, trace},
@@ -47,6 +48,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Each model alias's context window and reserved output, for encoders.
     pub model_limits: ModelLimits,
+    /// The model providers, shared with the orchestrator: one-shot calls
+    /// (`/summarize`) are made by a handler, outside any turn.
+    pub providers: Arc<Providers>,
     /// `ENABLED_PROMPTS`, parsed once at start-up (the orchestrator and the
     /// Holmes handler build the same system prompt from it).
     pub enabled_prompts: Arc<Option<Vec<String>>>,
@@ -94,7 +98,9 @@ impl Application {
         let enabled_prompts = Arc::new(prompt::parse_enabled(std::env::var("ENABLED_PROMPTS").ok().as_deref()));
         // The runner comes first: the sessions service may take sessions
         // over as soon as it starts, and must be able to run them.
-        let runner = runner.unwrap_or_else(|| Orchestrator::new(config.clone(), (*enabled_prompts).clone()));
+        let providers = Arc::new(Providers::from_config(&config));
+        let runner =
+            runner.unwrap_or_else(|| Orchestrator::new(config.clone(), providers.clone(), (*enabled_prompts).clone()));
         let sessions = Sessions::start(
             store.clone(),
             notices_rx,
@@ -107,7 +113,8 @@ impl Application {
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
         let model_limits = ModelLimits::of(&config.models);
-        let state = AppState { config, store, sessions, metrics, model_limits, enabled_prompts, shutdown, tasks };
+        let state =
+            AppState { config, store, sessions, metrics, model_limits, providers, enabled_prompts, shutdown, tasks };
         let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
     }

@@ -208,6 +208,7 @@ impl From<crate::sessions::SessionError> for ApiError {
         match error {
             E::NotFound => Self::not_found("session not found"),
             E::RelayNotFound => Self::not_found("relay not found"),
+            e @ E::RelayDecided => Self::conflict(e.to_string()),
             E::RateLimited { message, retry_after_secs } => {
                 Self::new(ErrorCode::RateLimited, message).with_retry_after(retry_after_secs)
             }

@@ -14,7 +14,8 @@
 //! - [`sessions`]  — the sessions service: commits, event hub, writer, ownership, takeover, drain.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
 //! - [`protocol`]  — one encoder per dialect over the domain's events.
-//! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents.
+//! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents; one-shot
+//!   model calls outside sessions (`/summarize`).
 //! - [`tools`]     — server-side tools (HTTP, built-in demo).
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs, OpenTelemetry traces and Prometheus metrics.

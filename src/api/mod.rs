@@ -34,6 +34,7 @@ pub fn routes() -> Router<AppState> {
         .route("/models", get(llm_gateway::list_models))
         .route("/chat", post(llm_gateway::chat))
         .route("/chat/relay/{relay_id}", post(llm_gateway::relay))
+        .route("/summarize", post(llm_gateway::summarize))
         .route("/v1/sessions", post(native::create))
         .route("/v1/sessions/{id}", get(native::get))
         .route("/v1/sessions/{id}/events", get(native::events))

@@ -108,7 +108,11 @@ pub async fn events(
         None => query.after.unwrap_or(0),
     };
     let encoder = encoder(&state, query.format.as_deref())?;
-    let follower = state.sessions.follow(&principal, &id, after).await?;
+    let follower = if encoder.wants_turn_context() {
+        state.sessions.follow_in_turn(&principal, &id, after).await?
+    } else {
+        state.sessions.follow(&principal, &id, after).await?
+    };
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 

@@ -6,6 +6,14 @@
 //! stream ends with its dialect's "rejoin" frame (native: `retry:` and an
 //! `event: reconnect`), so clients reconnect to another replica with
 //! `Last-Event-ID` or `?after=`.
+//!
+//! A rejoin mid-turn in a dialect whose frames name what came before
+//! (llm-gateway: a block's id is its first delta's seq, a run is the turn)
+//! is followed with the turn's context: the events of the turn up to the
+//! cursor are read (by the follower, from the store, like any replay) and
+//! pass through the encoder without being sent, so it resumes in the state
+//! the rejoined stream was in. Nothing is stored per token for it, and
+//! other dialects pay nothing (see `Encoder::wants_turn_context`).
 
 use std::{collections::VecDeque, convert::Infallible};
 
@@ -138,6 +146,10 @@ impl Encoding {
                     }
                 }
                 Some(FollowItem::Event(event)) => self.encoder.encode(&event),
+                Some(FollowItem::Context(event)) => {
+                    self.encoder.context(&event);
+                    continue;
+                }
                 Some(FollowItem::RecoveryFailed { .. }) => {
                     self.encoder.failure("recovery_failed", "events after the cursor are no longer retained")
                 }

@@ -4,6 +4,7 @@
 //! - `turn.rs` — the loop of one turn, from its last commit to its end;
 //! - `model_call.rs` — every model call (token budget, span, metrics,
 //!   stream), as canonical events;
+//! - `one_shot.rs` — one streamed call outside any session (`/summarize`);
 //! - `tools_phase.rs` — deciding, running, relaying and pausing tool calls;
 //! - `permissions.rs` — tenant policy and request rules;
 //! - `context.rs`, `compaction.rs` — context-window limits;
@@ -13,6 +14,7 @@
 mod compaction;
 pub mod context;
 mod model_call;
+pub mod one_shot;
 pub mod permissions;
 pub mod prompt;
 mod subagent;
@@ -44,13 +46,10 @@ pub struct Orchestrator {
 }
 
 impl Orchestrator {
-    pub fn new(config: Arc<Config>, enabled_prompts: Option<Vec<String>>) -> Arc<Self> {
-        Arc::new(Self {
-            providers: Arc::new(Providers::from_config(&config)),
-            tools: ServerTools::from_config(&config),
-            config,
-            enabled_prompts,
-        })
+    /// `providers` are the app's (built once from `config`; the handler of
+    /// one-shot calls uses them too).
+    pub fn new(config: Arc<Config>, providers: Arc<Providers>, enabled_prompts: Option<Vec<String>>) -> Arc<Self> {
+        Arc::new(Self { providers, tools: ServerTools::from_config(&config), config, enabled_prompts })
     }
 
     /// The history as sent to the model: the client's own system message if

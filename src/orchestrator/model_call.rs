@@ -1,16 +1,18 @@
 //! Every model call — a main-agent step, a subagent's step, a compaction's
-//! summary — goes through [`call`]: the tenant's token budget is reserved
-//! before it is sent and settled to the reported usage after it, it runs in
-//! a `chat {model}` CLIENT span with the GenAI attributes (the provider
+//! summary, a one-shot call outside any session (`one_shot.rs`) — goes
+//! through [`call`]: the tenant's token budget is reserved before it is
+//! sent and settled to the reported usage after it, it runs in a
+//! `chat {model}` CLIENT span with the GenAI attributes (the provider
 //! request carries its trace context), and it is measured (time to first
 //! token, duration by outcome, tokens by tenant and model). What arrives is
-//! turned into canonical events as it arrives (unless the call is quiet)
-//! and assembled into the complete response.
+//! passed on as it arrives — as canonical events, or for a one-shot call as
+//! deltas on a bounded channel, or not at all for a quiet call — and
+//! assembled into the complete response.
 
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use tokio::time::Instant;
+use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -18,7 +20,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use super::context;
 use crate::{
     config::{Config, ModelConfig, StoreFailure},
-    domain::{AgentRef, EventKind, StepOutput, ToolCall},
+    domain::{AgentRef, EventKind, FailureCode, StepOutput, ToolCall},
     providers::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ProviderError},
     sessions::{Emitter, SessionError},
     store::{Quotas, TokenWindow},
@@ -43,12 +45,35 @@ pub struct ModelCall<'a> {
     pub upstream: &'a UpstreamTime,
 }
 
+/// `Retry-After` for a provider's rate limit that did not say how long.
+const PROVIDER_RETRY_AFTER_SECS: u64 = 10;
+
 /// Where a call's streamed output goes.
 pub enum Output<'a> {
     /// As events of `agent`, to the session's clients.
     Events { emitter: &'a Emitter, agent: &'a AgentRef },
+    /// Its text and reasoning, to whoever reads the channel (a one-shot
+    /// call's client). Bounded: a slow reader slows the call down; a reader
+    /// gone ends it as cancelled.
+    Deltas(&'a mpsc::Sender<Delta>),
     /// Nowhere: only the assembled response counts (a compaction's summary).
     Quiet,
+}
+
+/// A piece of a call's streamed answer, for [`Output::Deltas`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    Text(String),
+    Reasoning(String),
+}
+
+/// A failed call as its caller reports it: a code, a message safe to show
+/// a client, and for a rate limit when a retry may pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: FailureCode,
+    pub message: String,
+    pub retry_after_secs: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +94,22 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// The failure to report, or the error itself when it is not the
+    /// call's failure: a cancel, or a session error (the turn stops).
+    pub fn into_failure(self) -> Result<Failure, Self> {
+        let failed = |code, message: String| Ok(Failure { code, message, retry_after_secs: None });
+        match self {
+            Self::Provider(e) => Ok(provider_failure(&e)),
+            Self::OverBudget { retry_after_secs, .. } => Ok(Failure {
+                code: FailureCode::RateLimited,
+                message: self.to_string(),
+                retry_after_secs: Some(retry_after_secs),
+            }),
+            Self::BudgetUnchecked => failed(FailureCode::StoreUnavailable, self.to_string()),
+            Self::Cancelled | Self::Session(_) => Err(self),
+        }
+    }
+
     /// `error.type` of the span: a low-cardinality class, never a message.
     fn kind(&self) -> &'static str {
         match self {
@@ -82,6 +123,31 @@ impl StepError {
             Self::Session(_) => "session",
         }
     }
+}
+
+fn provider_failure(error: &ProviderError) -> Failure {
+    let (code, message) = match error {
+        ProviderError::RateLimited { retry_after } => {
+            return Failure {
+                code: FailureCode::RateLimited,
+                message: "the model provider is rate limiting requests".to_string(),
+                retry_after_secs: Some(retry_after.unwrap_or(PROVIDER_RETRY_AFTER_SECS)),
+            };
+        }
+        ProviderError::Http { status, message, .. } => {
+            (FailureCode::UpstreamError, format!("the model provider answered HTTP {status}: {message}"))
+        }
+        ProviderError::Timeout(what) => {
+            (FailureCode::UpstreamTimeout, format!("the model provider timed out ({what})"))
+        }
+        ProviderError::Disconnected(_) => {
+            (FailureCode::UpstreamDisconnected, "the connection to the model provider was lost mid-answer".to_string())
+        }
+        ProviderError::Protocol(detail) => {
+            (FailureCode::UpstreamError, format!("the model provider's answer was unusable: {detail}"))
+        }
+    };
+    Failure { code, message, retry_after_secs: None }
 }
 
 /// Makes one model call. Wakes on: the next upstream event, or `cancelled`
@@ -148,7 +214,7 @@ async fn measured(
     let model = call.model;
     let agent_id = match &output {
         Output::Events { agent, .. } => agent.agent_id.as_str(),
-        Output::Quiet => "main",
+        Output::Deltas(_) | Output::Quiet => "main",
     };
     let span = tracing::info_span!(
         "chat",
@@ -210,9 +276,15 @@ async fn stream(
     first_token: &mut Option<Instant>,
 ) -> Result<(StepOutput, FinishReason), StepError> {
     let emit = |kind: EventKind| async move {
-        match output {
-            Output::Events { emitter, agent } => emitter.emit(agent, kind).await,
-            Output::Quiet => Ok(()),
+        match (output, kind) {
+            (Output::Events { emitter, agent }, kind) => Ok(emitter.emit(agent, kind).await?),
+            (Output::Deltas(deltas), EventKind::TextDelta { text }) => {
+                deltas.send(Delta::Text(text)).await.map_err(|_| StepError::Cancelled)
+            }
+            (Output::Deltas(deltas), EventKind::ReasoningDelta { text }) => {
+                deltas.send(Delta::Reasoning(text)).await.map_err(|_| StepError::Cancelled)
+            }
+            (Output::Deltas(_) | Output::Quiet, _) => Ok(()),
         }
     };
     // A continued answer starts with the text its clients already have.

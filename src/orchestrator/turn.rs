@@ -15,18 +15,15 @@
 
 use super::{
     Orchestrator, context,
-    model_call::{self, Output, StepError},
+    model_call::{self, Failure, Output, StepError},
     tools_phase::{self, Phase},
 };
 use crate::{
     config::ModelConfig,
     domain::{FailureCode, TurnEndReason},
-    providers::{ModelProvider, ModelRequest, ProviderError},
+    providers::{ModelProvider, ModelRequest},
     sessions::{RunHandle, SessionError, Stop, main_agent},
 };
-
-/// `Retry-After` for a provider's rate limit that did not say how long.
-const PROVIDER_RETRY_AFTER_SECS: u64 = 10;
 
 /// How a turn stops.
 pub(super) enum End {
@@ -144,42 +141,11 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
 
 /// The end of a turn whose model call failed.
 pub(super) fn step_failure(error: StepError) -> Result<End, SessionError> {
-    Ok(match error {
-        StepError::Cancelled => End::Stopped,
-        StepError::Session(e) => return Err(e),
-        StepError::Provider(e) => provider_failure(&e),
-        StepError::OverBudget { retry_after_secs, .. } => End::Failed {
-            code: FailureCode::RateLimited,
-            message: error.to_string(),
-            retry_after_secs: Some(retry_after_secs),
-        },
-        StepError::BudgetUnchecked => End::failed(FailureCode::StoreUnavailable, error.to_string()),
-    })
-}
-
-fn provider_failure(error: &ProviderError) -> End {
-    let (code, message) = match error {
-        ProviderError::RateLimited { retry_after } => {
-            return End::Failed {
-                code: FailureCode::RateLimited,
-                message: "the model provider is rate limiting requests".to_string(),
-                retry_after_secs: Some(retry_after.unwrap_or(PROVIDER_RETRY_AFTER_SECS)),
-            };
-        }
-        ProviderError::Http { status, message, .. } => {
-            (FailureCode::UpstreamError, format!("the model provider answered HTTP {status}: {message}"))
-        }
-        ProviderError::Timeout(what) => {
-            (FailureCode::UpstreamTimeout, format!("the model provider timed out ({what})"))
-        }
-        ProviderError::Disconnected(_) => {
-            (FailureCode::UpstreamDisconnected, "the connection to the model provider was lost mid-answer".to_string())
-        }
-        ProviderError::Protocol(detail) => {
-            (FailureCode::UpstreamError, format!("the model provider's answer was unusable: {detail}"))
-        }
-    };
-    End::failed(code, message)
+    match error.into_failure() {
+        Ok(Failure { code, message, retry_after_secs }) => Ok(End::Failed { code, message, retry_after_secs }),
+        Err(StepError::Session(e)) => Err(e),
+        Err(_) => Ok(End::Stopped),
+    }
 }
 
 /// The model request for the next step: system prompt, history, tools.

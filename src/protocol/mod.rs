@@ -139,6 +139,21 @@ pub trait Encoder: Send {
         self.encode(event)
     }
 
+    /// Whether a stream that starts mid-turn (a rejoin after a cursor)
+    /// needs the turn's events before its cursor, through
+    /// [`Encoder::context`]: for a dialect whose frames name what came
+    /// before (llm-gateway's block ids and runs). Saves a store read for
+    /// dialects that do not.
+    fn wants_turn_context(&self) -> bool {
+        false
+    }
+
+    /// Takes in an event of the current turn from before the stream's
+    /// cursor: the client has its frames already, so none are made.
+    fn context(&mut self, event: &LogEvent) {
+        let _ = self.encode(event);
+    }
+
     /// Frames that close a stream whose events all arrived, needing nothing
     /// stored (after [`Encoder::finish`], if any).
     fn close(&mut self) -> Vec<Frame> {

@@ -111,7 +111,7 @@ impl Sessions {
         let decision = serde_json::to_string(&decision).map_err(|e| SessionError::Invalid(e.to_string()))?;
         match self.store().sessions.decide(&key, relay_id, &decision).await? {
             Decided::Recorded => Ok(()),
-            Decided::AlreadyDecided => Err(SessionError::Conflict("this relay was already decided".into())),
+            Decided::AlreadyDecided => Err(SessionError::RelayDecided),
             Decided::Missing => Err(SessionError::RelayNotFound),
         }
     }

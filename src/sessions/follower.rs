@@ -5,6 +5,10 @@
 //! whoever consumes it (the HTTP response body) drives it, so an open
 //! stream costs a feed subscription and this state, nothing more.
 //!
+//! Asked for, the replay starts earlier, at the start of the cursor's
+//! turn: the events up to the cursor come out as [`FollowItem::Context`],
+//! read by the same pages as the rest.
+//!
 //! It ends after an event that ends a stream (pause, turn end) in live
 //! events; after the replay when the replay's newest event ends one; and at
 //! once when the session was not running and nothing follows the cursor.
@@ -32,7 +36,7 @@ pub struct Follower {
     key: SessionKey,
     feed: Arc<Feed>,
     live: broadcast::Receiver<Arc<LogEvent>>,
-    /// The client's cursor.
+    /// The client's cursor: events up to it are context.
     after: u64,
     /// The session was not running when the follow began.
     idle: bool,
@@ -52,6 +56,7 @@ impl Follower {
         key: SessionKey,
         feed: Arc<Feed>,
         live: broadcast::Receiver<Arc<LogEvent>>,
+        context_from: u64,
         after: u64,
         idle: bool,
     ) -> Self {
@@ -62,7 +67,7 @@ impl Follower {
             live,
             after,
             idle,
-            last: after,
+            last: context_from.min(after),
             newest_ends: false,
             ready: VecDeque::new(),
             mode: Mode::Replay,
@@ -76,6 +81,9 @@ impl Follower {
     pub async fn next(&mut self) -> Option<FollowItem> {
         loop {
             if let Some(event) = self.ready.pop_front() {
+                if event.seq <= self.after {
+                    return Some(FollowItem::Context(event));
+                }
                 if self.mode == Mode::Live && event.event.kind.ends_stream() {
                     self.finish();
                 }
@@ -104,7 +112,10 @@ impl Follower {
             Ok(range) => range,
             Err(e) => return Some(FollowItem::Failed(e)),
         };
-        if self.last == self.after && range.last_seq > self.after && range.first_seq > self.after + 1 {
+        // Nothing after the cursor handed out yet, and the log lost some of
+        // it. (Context lost to retention is no failure: an encoder renders
+        // what follows with what it has.)
+        if self.last <= self.after && range.last_seq > self.after && range.first_seq > self.after + 1 {
             return Some(FollowItem::RecoveryFailed { first_seq: range.first_seq });
         }
         let full_page = range.events.len() == REPLAY_PAGE;

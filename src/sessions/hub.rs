@@ -37,6 +37,11 @@ pub const REPLAY_PAGE: usize = 500;
 #[derive(Debug, Clone)]
 pub enum FollowItem {
     Event(Arc<LogEvent>),
+    /// An event of the cursor's turn at or before the cursor, asked for
+    /// with the follow: the client has it; an encoder may need it to
+    /// render what follows (see `Encoder::wants_turn_context`). All of
+    /// them come before the first [`FollowItem::Event`].
+    Context(Arc<LogEvent>),
     /// The cursor is older than the retained log: events were lost to it.
     RecoveryFailed {
         first_seq: u64,
@@ -89,14 +94,16 @@ impl EventHub {
         hub
     }
 
-    /// Follows the session's log after `after` (see [`Follower`]); `idle`:
-    /// the session was not running when the follow began.
-    pub async fn follow(&self, key: SessionKey, after: u64, idle: bool) -> Follower {
+    /// Follows the session's log after `after` (see [`Follower`]), with the
+    /// events after `context_from` up to `after` first as context (none
+    /// when it is `after`); `idle`: the session was not running when the
+    /// follow began.
+    pub async fn follow(&self, key: SessionKey, context_from: u64, after: u64, idle: bool) -> Follower {
         let feed = self.join(&key);
         let live = feed.tx.subscribe();
         // Made before the wait, so a follow abandoned while its feed
         // subscribes releases the feed (the follower's drop does).
-        let follower = Follower::new(self.clone(), key.clone(), feed.clone(), live, after, idle);
+        let follower = Follower::new(self.clone(), key.clone(), feed.clone(), live, context_from, after, idle);
         self.subscribe(&key, &feed).await;
         follower
     }

@@ -77,6 +77,10 @@ pub enum SessionError {
     NotFound,
     #[error("relay not found")]
     RelayNotFound,
+    /// The relay's decision was already taken (by another request, or the
+    /// relay's turn has moved on): of racing decisions one wins.
+    #[error("this relay was already decided")]
+    RelayDecided,
     /// A tenant quota (concurrent sessions) is used up.
     #[error("{message}")]
     RateLimited { message: String, retry_after_secs: u64 },
@@ -340,14 +344,33 @@ impl Sessions {
     /// Replays the log after `after` and follows live events until the
     /// session pauses or ends.
     pub async fn follow(&self, principal: &Principal, id: &str, after: u64) -> Result<Follower, SessionError> {
+        self.follow_with(principal, id, after, false).await
+    }
+
+    /// Like [`Sessions::follow`], with the events of the current turn up to
+    /// `after` first, as [`FollowItem::Context`], when `after` lies within
+    /// that turn (from the seq before its stream began: its
+    /// `turn_started`, or its `resumed`).
+    pub async fn follow_in_turn(&self, principal: &Principal, id: &str, after: u64) -> Result<Follower, SessionError> {
+        self.follow_with(principal, id, after, true).await
+    }
+
+    async fn follow_with(
+        &self,
+        principal: &Principal,
+        id: &str,
+        after: u64,
+        turn_context: bool,
+    ) -> Result<Follower, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, false).await?;
-        self.follow_loaded(key, &record, &session, after).await
+        let context_from = if turn_context { record.turn_start_seq.min(after) } else { after };
+        self.follow_loaded(key, &record, &session, context_from, after).await
     }
 
     /// Follows a turn this replica just started, from its first event.
     pub async fn follow_started(&self, started: Started) -> Follower {
-        self.inner.hub.follow(started.key, started.cursor, false).await
+        self.inner.hub.follow(started.key, started.cursor, started.cursor, false).await
     }
 
     /// [`Sessions::follow`] for a session just read (or just committed).
@@ -356,6 +379,7 @@ impl Sessions {
         key: SessionKey,
         record: &Record,
         session: &Session,
+        context_from: u64,
         after: u64,
     ) -> Result<Follower, SessionError> {
         if after > record.last_seq {
@@ -373,7 +397,7 @@ impl Sessions {
         if session.status().is_active() {
             ownership::take_over_if_orphaned(self, &key, record).await;
         }
-        Ok(self.inner.hub.follow(key, after, !session.status().is_active()).await)
+        Ok(self.inner.hub.follow(key, context_from, after, !session.status().is_active()).await)
     }
 
     /// The session and its record if `principal` may see it. The request's

@@ -13,11 +13,11 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::{
-    llm_gateway::{assert_golden, normalise},
     native_api::{GOLDEN_ASK, golden_session},
     orchestrator::{World, world},
     sse::STEP_TIMEOUT,
     support::mock_upstream::Reply,
+    support::raw_sse::{assert_golden, normalise},
 };
 
 /// The conversation of the native golden test, paused for `render_chart`,

@@ -39,6 +39,7 @@ async fn post_endpoints(app: &TestApp, token: &str) -> Vec<String> {
         "/api/issue_chat".to_string(),
         "/chat".to_string(),
         "/chat/relay/relay_x".to_string(),
+        "/summarize".to_string(),
     ]
 }
 
@@ -105,6 +106,7 @@ async fn array_bodies_are_refused_and_start_nothing() {
         (format!("/v1/sessions/{id}/messages"), r#"["hi"]"#),
         ("/api/chat".to_string(), r#"["why?", null, "demo"]"#),
         ("/chat".to_string(), r#" ["mock", [{"role": "user", "content": "hi"}]]"#),
+        ("/summarize".to_string(), r#"["mock", [{"role": "user", "content": "hi"}]]"#),
     ] {
         let response = post_raw(&app, &path, &token, body.to_string()).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");

@@ -288,7 +288,7 @@ async fn a_model_call_is_charged_what_it_used_not_what_it_reserved() {
 }
 
 /// The tokens `tenant` was charged in `window`, as Redis counts them.
-async fn charged(app: &TestApp, tenant: &str, window: TokenWindow) -> i64 {
+pub async fn charged(app: &TestApp, tenant: &str, window: TokenWindow) -> i64 {
     let client = redis::Client::open(crate::helpers::redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let key = format!("{}tpm:{tenant}:{}", app.config.store.key_prefix, window.0);

@@ -4,7 +4,7 @@
 //! endpoint.
 //!
 //! Golden transcripts: `tests/api/golden/native_*.sse`, regenerated with
-//! `UPDATE_GOLDEN=1 cargo test --test api golden` (see `llm_gateway.rs`).
+//! `UPDATE_GOLDEN=1 cargo test --test api golden` (see `support/raw_sse.rs`).
 
 use std::time::Duration;
 
@@ -13,10 +13,12 @@ use serde_json::{Value, json};
 
 use crate::{
     helpers::{TestApp, assert_error},
-    llm_gateway::{RawSse, assert_golden, normalise, store_keys},
     orchestrator::{World, world},
     sse::{SseReader, seqs},
-    support::mock_upstream::Reply,
+    support::{
+        mock_upstream::Reply,
+        raw_sse::{RawSse, assert_golden, normalise, store_keys},
+    },
 };
 
 /// A session whose turn used `lookup` (allowed) and is complete.

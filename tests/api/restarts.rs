@@ -72,7 +72,8 @@ async fn after_a_takeover_mid_step_every_dialects_client_ends_with_the_answer_on
     let end = holmes.iter().find(|f| f.event == "ai_answer_end").expect("an ai_answer_end");
     assert_eq!(end.data["analysis"], ANSWER);
 
-    // llm-gateway: a client drops the text events `step_restarted` names.
+    // llm-gateway: a client drops the text blocks `step_restarted` names
+    // (the cut call's one block; the regenerated call's has a new id).
     let gateway = SseReader::new(replay(&w, &id, "llm-gateway").await).rest().await;
     let mut texts: Vec<(Value, String)> = Vec::new();
     for frame in &gateway {
@@ -80,7 +81,7 @@ async fn after_a_takeover_mid_step_every_dialects_client_ends_with_the_answer_on
             "text" => texts.push((frame.data["id"].clone(), frame.data["content"].as_str().unwrap().to_string())),
             "step_restarted" => {
                 let discard = frame.data["discard"].as_array().unwrap();
-                assert_eq!(discard.len(), 2, "{frame:?}");
+                assert_eq!(discard.len(), 1, "{frame:?}");
                 texts.retain(|(id, _)| !discard.contains(id));
             }
             _ => {}
@@ -153,4 +154,37 @@ async fn after_a_takeover_mid_step_the_real_ag_ui_and_ai_sdk_clients_end_with_th
     assert_eq!(marker["data"], json!({"step": 1}));
     assert_eq!(text(live_parts(parts)), ANSWER, "{out}");
     assert!(parts.iter().filter(|p| p["type"] == "text").all(|p| p["state"] == "done"), "{out}");
+}
+
+#[tokio::test]
+async fn an_llm_gateway_client_that_rejoins_after_a_takeover_is_told_to_discard_the_block_it_holds() {
+    let mut w = world(2, |o| o.lease_ttl_secs = 1).await;
+    w.upstream.push(Reply::new().text(["w1 ", "w2 ", "never"]).stall_after(2));
+    w.upstream.push(Reply::new().text(["w1 ", "w2 ", "w3"]));
+    let body = json!({"model": "mock", "messages": [{"role": "user", "content": "go"}]});
+    let mut on_a = SseReader::new(w.apps[0].post_json("/chat", Some(&w.token), &body).await);
+    let session_id = on_a.next().await.unwrap().data["sessionId"].as_str().unwrap().to_string();
+    let held = on_a.until_kind("text").await.pop().unwrap();
+    let (block, cursor) = (held.data["id"].clone(), held.id.unwrap());
+    let a = w.apps.remove(0);
+    a.kill();
+    drop(on_a);
+
+    // Rejoined on B, which takes the turn over: whatever of the cut block
+    // follows the cursor has the block's id, and `discard` names it.
+    let url = w.apps[0].url(&format!("/v1/sessions/{session_id}/events?format=llm-gateway"));
+    let request = w.apps[0].client.get(url).bearer_auth(&w.token).header("last-event-id", cursor.to_string());
+    let rest = SseReader::new(request.send().await.unwrap()).rest().await;
+    let restart = rest.iter().find(|f| f.event == "step_restarted").expect("a step_restarted");
+    assert_eq!(restart.data["discard"], json!([block]));
+    let mut texts = vec![(held.data["id"].clone(), held.data["content"].as_str().unwrap().to_string())];
+    for frame in &rest {
+        match frame.event.as_str() {
+            "text" => texts.push((frame.data["id"].clone(), frame.data["content"].as_str().unwrap().to_string())),
+            "step_restarted" => texts.retain(|(id, _)| !frame.data["discard"].as_array().unwrap().contains(id)),
+            _ => {}
+        }
+    }
+    assert_eq!(texts.into_iter().map(|(_, text)| text).collect::<String>(), ANSWER);
+    assert_eq!(rest.last().unwrap().data["runId"], format!("{session_id}:1"));
 }

@@ -88,7 +88,6 @@ pub async fn resume(
     let rules = AnswerRules::Lenient { unanswered: DENIED.into(), missing_result: NO_FRONTEND_RESULT.into() };
     let started = state.sessions.resume(&principal, session.id(), Answers { outputs, decisions, rules }).await?;
     let mut encoder = encoder(&state, session.model());
-    encoder.resuming();
     for planned in session.calls() {
         let call = planned.call();
         encoder.remember_call(&call.id, serde_json::from_str(&call.arguments).unwrap_or(json!({})));

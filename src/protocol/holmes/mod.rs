@@ -20,7 +20,10 @@
 //! right after the model call), so the encoder holds a step's frames until
 //! its `usage` event and its `token_count` until the next step or the end.
 //! A held frame goes out with the id of the event that releases it, so a
-//! rejoin after that id has seen it. Only the main agent's events are
+//! rejoin after that id has seen it. A stream rejoined mid-turn is given
+//! the turn's events before its cursor first ([`Encoder::wants_turn_context`]),
+//! so what was held then (a step's calls, an owed `token_count`) is still
+//! sent, once. Only the main agent's events are
 //! shown: Holmes has no subagents (the `agent` tool is one tool call).
 //!
 //! After a takeover nothing needs taking back: Holmes streams no text, and
@@ -82,7 +85,7 @@ pub struct HolmesEncoder {
     /// The last `message_completed` content: Holmes' `analysis`.
     analysis: Option<String>,
     ending: Option<Ending>,
-    /// The stream answers a resume (HolmesGPT then offers no follow-ups).
+    /// The turn was resumed (HolmesGPT then offers no follow-ups).
     resumed: bool,
     last_seq: u64,
 }
@@ -95,11 +98,6 @@ impl HolmesEncoder {
     /// For a stream whose model is not known yet.
     pub fn for_models(models: ModelLimits) -> Self {
         Self { models, ..Self::default() }
-    }
-
-    /// The stream answers a resume of a paused turn.
-    pub fn resuming(&mut self) {
-        self.resumed = true;
     }
 
     fn learn_model(&mut self, alias: &str) {
@@ -315,11 +313,11 @@ impl Encoder for HolmesEncoder {
                     self.fragments.remove(&id);
                 }
             }
+            EventKind::Resumed { .. } => self.resumed = true,
             EventKind::TextDelta { .. }
             | EventKind::ReasoningDelta { .. }
             | EventKind::RelayRequested(_)
-            | EventKind::RelayDecided { .. }
-            | EventKind::Resumed { .. } => {}
+            | EventKind::RelayDecided { .. } => {}
         }
         out
     }
@@ -331,6 +329,13 @@ impl Encoder for HolmesEncoder {
     }
 
     fn wants_finish(&self) -> bool {
+        true
+    }
+
+    /// A rejoin mid-turn needs what the turn held back before its cursor (a
+    /// step's calls until its `usage`, a `token_count` owed) and whether it
+    /// was resumed (no follow-up actions then).
+    fn wants_turn_context(&self) -> bool {
         true
     }
 

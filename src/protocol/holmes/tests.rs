@@ -145,7 +145,7 @@ fn follow_up_actions_come_with_a_conversations_first_answer_only() {
     let answered = |resumed: bool, history: Vec<ChatMessage>| {
         let mut encoder = HolmesEncoder::default();
         if resumed {
-            encoder.resuming();
+            encoder.encode(&event(1, EventKind::Resumed { turn: 1 }));
         }
         let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: Usage::default() };
         encoder.encode(&event(1, end));

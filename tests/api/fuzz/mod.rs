@@ -15,10 +15,11 @@
 //! not a resume, on a known or default model or an existing session — or a
 //! resume without a session id whose history holds tool calls, which may
 //! start a conversation anew; an issue chat or an investigation with its
-//! required fields; an llm-gateway chat on a known or default model whose
-//! last message is an object; serde's positional form, an array of fields,
-//! is refused by the body guard). Other resumes need a paused session, and
-//! no session here ever ran a turn. A
+//! required fields; an llm-gateway chat on a known or the default model
+//! whose last message is an object; a summary, no turn but a model call,
+//! likewise; serde's positional form, an array of fields, is refused by the
+//! body guard). Other resumes need a paused session, and no session here
+//! ever ran a turn. A
 //! turn the guard missed cannot go unnoticed: starting one writes the state
 //! and the first event before the answer, so that case's store comparison
 //! fails; and at the end only session states may be stored and the upstream
@@ -47,7 +48,7 @@ type Snapshot = BTreeMap<String, Vec<u8>>;
 const CASES: u32 = 1500;
 
 /// Every route of `src/api/mod.rs`.
-const ROUTES: [(&str, &str); 23] = [
+const ROUTES: [(&str, &str); 24] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -61,6 +62,7 @@ const ROUTES: [(&str, &str); 23] = [
     ("GET", "/models"),
     ("POST", "/chat"),
     ("POST", "/chat/relay/{relay_id}"),
+    ("POST", "/summarize"),
     ("POST", "/v1/sessions"),
     ("GET", "/v1/sessions/{id}"),
     ("GET", "/v1/sessions/{id}/events"),
@@ -89,7 +91,9 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
         _ => return false,
     };
     let known_model = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|m| MODELS.contains(&m));
-    let known_or_default = body.get("model").is_none_or(Value::is_null) || known_model(body.get("model"));
+    // Without a model (or an empty one), the tenant's default.
+    let default_model = |v: Option<&Value>| v.is_none_or(|m| m.is_null() || m == "");
+    let known_or_default = default_model(body.get("model")) || known_model(body.get("model"));
     let is = |key: &str, kind: fn(&Value) -> bool| body.get(key).is_some_and(kind);
     match route {
         "/v1/sessions/{id}/messages" => known_session && body.get("content").is_some_and(Value::is_string),
@@ -107,6 +111,10 @@ fn may_start_turn(route: &str, session: &[u8], body: &[u8], sessions: &[String])
         "/chat" => {
             known_or_default
                 && body.get("messages").and_then(Value::as_array).and_then(|m| m.last()).is_some_and(Value::is_object)
+        }
+        // No turn, but a model call: skipped alike, so the upstream is never called.
+        "/summarize" => {
+            known_or_default && body.get("messages").and_then(Value::as_array).is_some_and(|m| !m.is_empty())
         }
         // A chat id or thread id (new: the session is created) with a last
         // message, on a known or the default model.

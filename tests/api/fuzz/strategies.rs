@@ -29,6 +29,9 @@ pub(super) fn valid_bodies(route: &str, id: &str) -> Vec<Value> {
             "decisions": [{"tool_call_id": "call_2", "approved": true, "reason": "fine"}]})],
         "/v1/sessions/{id}/relays/{relay_id}" => vec![json!({"approved": true, "always": false, "reason": "fine"})],
         "/chat/relay/{relay_id}" => vec![json!({"sessionId": id, "response": {"approved": true, "reason": "fine"}})],
+        "/summarize" => vec![json!({"model": "no-such-model", "sourceIds": ["n1"], "messages": [
+            {"role": "user", "content": "Plan a trip"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Rome."}]}]})],
         "/api/chat" => vec![
             json!({"ask": "hi", "model": "no-such-model", "stream": true, "enable_tool_approval": true,
                 "conversation_history": [{"role": "system", "content": "You help."},

@@ -1,15 +1,22 @@
-//! llm-gateway dialect (`/chat`, `/chat/relay/{relayId}`, `/models`): see
-//! PROTOCOLS.md §2. Errors on these routes use its `{"error": "…"}` body
-//! (`error.rs` picks the shape by path), and every malformed body is a 400,
-//! as llm-gateway answers: bodies are parsed here, not by axum's `Json`
-//! (whose type errors would be 422s). The message names the field, as the
-//! 422s of the other dialects do.
+//! llm-gateway dialect (`/chat`, `/chat/relay/{relayId}`, `/models`,
+//! `/summarize`): see PROTOCOLS.md §2. Errors on these routes use its
+//! `{"error": "…"}` body (`error.rs` picks the shape by path), and every
+//! malformed body is a 400, as llm-gateway answers: bodies are parsed here,
+//! not by axum's `Json` (whose type errors would be 422s). The message
+//! names the field, as the 422s of the other dialects do.
 //!
 //! Each `POST /chat` is a fresh session (dialect `llm-gateway`) seeded with
 //! the earlier messages; its turn starts with the last (user) message and
 //! the answer is the turn's stream, opened by `connected {sessionId}`.
 //! Relays are live (`ApprovalMode::Relay`): the stream stays open while any
 //! replica takes the decision posted to `/chat/relay/{relayId}`.
+//!
+//! `summarize.rs` serves `POST /summarize`, one model call that is not a
+//! session.
+
+mod summarize;
+
+pub use self::summarize::summarize;
 
 use axum::{
     Json,
@@ -66,7 +73,8 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
 
 /// `POST /chat/relay/{relayId}`: a permission decision for a live relay, on
 /// any replica. 404 `Session not found` / `Relay not found` (also for
-/// another tenant's), 409 when it was already decided.
+/// another tenant's, and for a relay already decided: llm-gateway forgets a
+/// relay once it is answered).
 pub async fn relay(
     State(state): State<AppState>,
     principal: Principal,
@@ -85,7 +93,7 @@ pub async fn relay(
 fn not_found(error: SessionError) -> ApiError {
     match error {
         SessionError::NotFound => ApiError::not_found("Session not found"),
-        SessionError::RelayNotFound => ApiError::not_found("Relay not found"),
+        SessionError::RelayNotFound | SessionError::RelayDecided => ApiError::not_found("Relay not found"),
         other => other.into(),
     }
 }

@@ -1,66 +1,31 @@
-//! The llm-gateway dialect end to end: `POST /chat` streams, relays answered
-//! on another replica, request permissions, subagents, and bad input.
-//!
-//! Golden transcripts: `tests/api/golden/llm_gateway_*.sse` hold the raw SSE
-//! bytes of a scripted conversation, with session ids, relay ids and
-//! timestamps replaced by placeholders. After a deliberate change of the
-//! wire format, regenerate them with
-//! `UPDATE_GOLDEN=1 cargo test --test api golden`, and review the diff by
-//! hand against the seed (../shared/seeds/002_*.txt) before checking it in.
-//! The helpers for raw streams and golden files are shared with
-//! `native_api.rs`.
-
-use std::{collections::BTreeSet, path::PathBuf};
+//! `POST /chat`: a golden conversation, relays on another replica, request
+//! permissions, the iteration limit, llm-gateway's own message shapes, and
+//! bad input.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use super::{answer_relay, approve, assert_gateway_error, chat, chat_body, kinds, user};
 use crate::{
-    helpers::TestApp,
-    orchestrator::{World, world},
-    sse::{Frame, STEP_TIMEOUT},
-    support::mock_upstream::Reply,
+    orchestrator::world,
+    sse::Frame,
+    support::{
+        mock_upstream::Reply,
+        raw_sse::{assert_golden, normalise, store_keys},
+    },
 };
-
-fn user(content: &str) -> Value {
-    json!({"role": "user", "content": content})
-}
-
-fn chat_body(model: &str, messages: Value, extra: Value) -> Value {
-    let mut body = json!({"model": model, "messages": messages});
-    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
-        body.extend(extra);
-    }
-    body
-}
-
-async fn chat(w: &World, on: usize, body: &Value) -> RawSse {
-    RawSse::new(w.apps[on].post_json("/chat", Some(&w.token), body).await)
-}
-
-async fn answer_relay(app: &TestApp, token: &str, relay_id: &str, body: &Value) -> reqwest::Response {
-    app.post_json(&format!("/chat/relay/{relay_id}"), Some(token), body).await
-}
-
-fn approve(session_id: &str, approved: bool) -> Value {
-    json!({"sessionId": session_id, "response": {"approved": approved}})
-}
-
-/// Asserts llm-gateway's error body, `{"error": "<message>"}`, and returns the message.
-async fn assert_gateway_error(response: reqwest::Response, status: StatusCode) -> String {
-    assert_eq!(response.status(), status);
-    let body: Value = response.json().await.expect("a JSON error body");
-    let message = body["error"].as_str().unwrap_or_else(|| panic!("{{\"error\": string}} expected: {body}"));
-    assert!(!message.is_empty());
-    message.to_string()
-}
 
 #[tokio::test]
 async fn a_chat_with_text_a_permitted_a_denied_and_a_relayed_tool_matches_the_golden_transcript() {
     let w = world(2, |_| {}).await;
     w.upstream.push(
         Reply::new()
-            .text(["Checking order 42 first."])
+            // Interleaved, so no two deltas are adjacent (the writer merges
+            // adjacent ones of a kind): the blocks show as repeated ids.
+            .reasoning(["Three asks."])
+            .text(["Checking order 42 first; "])
+            .reasoning(["The refund needs a decision."])
+            .text(["then the rest."])
             .tool_call("call_lookup", "lookup", [r#"{"id":"42"}"#])
             .tool_call("call_wipe", "wipe", ["{}"])
             .tool_call("call_refund", "refund", [r#"{"order":"42"}"#])
@@ -85,6 +50,14 @@ async fn a_chat_with_text_a_permitted_a_denied_and_a_relayed_tool_matches_the_go
 
     let normalised = normalise(&text, &[(&session_id, "<session>"), (&relay_id, "<relay>")]);
     assert_golden("llm_gateway_chat.sse", &normalised);
+    // One id per model call's text and per its reasoning: three blocks.
+    let frames = stream.frames();
+    let blocks: Vec<(&str, String)> = (frames.iter())
+        .filter(|f| f.event == "text" || f.event == "reasoning")
+        .map(|f| (f.event.as_str(), f.data["id"].to_string()))
+        .collect();
+    let distinct: std::collections::BTreeSet<_> = blocks.iter().collect();
+    assert_eq!((blocks.len(), distinct.len()), (5, 3), "{blocks:?}");
     assert_eq!((w.tools.calls("lookup"), w.tools.calls("wipe"), w.tools.calls("refund")), (1, 0, 1));
     // The earlier messages reached the model as history.
     let sent = &w.model_request(0)["messages"];
@@ -130,8 +103,12 @@ async fn a_relay_of_a_stream_on_replica_a_is_answered_on_replica_b_once_and_only
     assert_eq!(rest.last().unwrap().data["reason"], "final");
     assert_eq!(w.tools.calls("refund"), 1);
 
+    // A second decision: llm-gateway's 404, where the native route says 409.
     let again = answer_relay(&w.apps[0], &w.token, &relay_id, &approve(&session_id, false)).await;
-    assert_gateway_error(again, StatusCode::CONFLICT).await;
+    assert_eq!(assert_gateway_error(again, StatusCode::NOT_FOUND).await, "Relay not found");
+    let native = format!("/v1/sessions/{session_id}/relays/{relay_id}");
+    let again = w.apps[1].post_json(&native, Some(&w.token), &json!({"approved": false})).await;
+    crate::helpers::assert_error(again, StatusCode::CONFLICT, "conflict").await;
 }
 
 #[tokio::test]
@@ -186,32 +163,39 @@ async fn max_iterations_ends_the_run_with_harness_end_max_iterations() {
 }
 
 #[tokio::test]
-async fn subagent_events_carry_the_parent_tool_call_as_parent_id() {
+async fn a_history_in_llm_gateways_own_message_shapes_reaches_the_model_as_tool_calls_and_images() {
     let w = world(1, |_| {}).await;
-    w.upstream.push(Reply::new().tool_call("call_main", "agent", [r#"{"task":"look up 42"}"#]));
-    w.upstream.push(Reply::new().text(["sub: 42 is fine"]));
-    w.upstream.push(Reply::new().text(["All good."]));
-    let mut stream = chat(&w, 0, &chat_body("mock", json!([user("use a helper")]), json!({}))).await;
+    w.upstream.push(Reply::new().text(["A cat."]));
+    let messages = json!([
+        user("look up 42 and 7"),
+        {"role": "assistant", "content": "Looking.", "tool_calls": [
+            {"id": "call_1", "name": "lookup", "arguments": {"id": "42"}},
+            {"id": "call_2", "name": "lookup", "arguments": "{\"id\":\"7\"}"}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "42 is fine"}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "7 is fine"},
+        {"role": "user", "content": [{"type": "text", "text": "and this picture?"},
+            {"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="}]},
+    ]);
+    let mut stream = chat(&w, 0, &chat_body("mock", messages, json!({}))).await;
     stream.rest().await;
-    let frames = stream.frames();
-    let session_id = frames[0].data["sessionId"].as_str().unwrap();
+    assert_eq!(stream.frames().last().unwrap().data["reason"], "final");
 
-    let sub: Vec<&Frame> = frames.iter().filter(|f| f.data.get("parentId").is_some()).collect();
-    assert_eq!(kinds_of(&sub), ["harness_start", "text"]);
-    assert!(sub.iter().all(|f| f.data["parentId"] == "call_main"));
-    assert_eq!(sub[0].data["depth"], 1);
-    assert_eq!(sub[1].data["content"], "sub: 42 is fine");
-    let sub_agent = &sub[0].data["agentId"];
-    assert!(sub_agent.as_str().is_some_and(|a| a != "main") && sub[1].data["agentId"] == *sub_agent);
-    let result = frames.iter().find(|f| f.event == "tool_result").unwrap();
-    assert_eq!((&result.data["agentId"], &result.data["output"]), (&json!("main"), &json!("sub: 42 is fine")));
-    // Every event after `connected` carries the run and an agent.
-    for frame in &frames[1..] {
-        assert_eq!(frame.data["runId"], format!("{session_id}:1"), "{frame:?}");
-        assert_eq!(frame.data["type"], frame.event.as_str());
-        assert!(frame.data["agentId"].is_string(), "{frame:?}");
-    }
-    assert_eq!(frames.last().unwrap().data["reason"], "final");
+    let sent = w.model_request(0)["messages"].as_array().unwrap().clone();
+    let assistant = sent.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        assistant["tool_calls"],
+        json!([
+            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": r#"{"id":"42"}"#}},
+            {"id": "call_2", "type": "function", "function": {"name": "lookup", "arguments": r#"{"id":"7"}"#}},
+        ])
+    );
+    let tools: Vec<&Value> = sent.iter().filter(|m| m["role"] == "tool").map(|m| &m["content"]).collect();
+    assert_eq!(tools, [&json!("42 is fine"), &json!("7 is fine")]);
+    assert_eq!(
+        sent.last().unwrap()["content"],
+        json!([{"type": "text", "text": "and this picture?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}])
+    );
 }
 
 #[tokio::test]
@@ -232,6 +216,15 @@ async fn bad_input_on_chat_and_relay_is_a_gateway_error_and_stores_and_calls_not
         (json!({"model": "mock", "messages": one, "mode": "rlm"}), "not supported"),
         (json!({"model": "mock", "messages": one, "permissions": {"deny": [{"reason": "x"}]}}), "toolCallId"),
         (json!({"model": "mock", "messages": one, "maxIterations": 0}), "at least 1"),
+        (
+            json!({"model": "mock", "messages": [{"role": "user", "content": [{"type": "text", "text": "read"},
+                {"type": "document", "mediaType": "application/pdf", "data": "JVBERi0="}]}]}),
+            "`messages[0]`: `content[1]`: document parts are not supported",
+        ),
+        (
+            json!({"model": "mock", "messages": [{"role": "assistant", "tool_calls": [{"id": "c1"}]}, user("x")]}),
+            "tool call \"c1\" needs",
+        ),
     ];
     for (body, expected) in cases {
         let response = app.post_json("/chat", Some(&w.token), &body).await;
@@ -263,140 +256,4 @@ async fn bad_input_on_chat_and_relay_is_a_gateway_error_and_stores_and_calls_not
 
     assert_eq!(w.upstream.calls(), 0);
     assert_eq!(store_keys(app).await, keys_before, "bad requests store nothing");
-}
-
-fn kinds(frames: &[Frame]) -> Vec<&str> {
-    frames.iter().map(|f| f.event.as_str()).collect()
-}
-
-fn kinds_of<'a>(frames: &[&'a Frame]) -> Vec<&'a str> {
-    frames.iter().map(|f| f.event.as_str()).collect()
-}
-
-// Shared with `native_api.rs`: raw streams, golden files, the store's keys.
-
-/// A response's SSE read as raw text, for golden transcripts; frames are
-/// parsed from it for assertions.
-pub struct RawSse {
-    response: reqwest::Response,
-    bytes: Vec<u8>,
-}
-
-impl RawSse {
-    pub fn new(response: reqwest::Response) -> Self {
-        assert!(response.status().is_success(), "expected a stream, got {}", response.status());
-        Self { response, bytes: Vec::new() }
-    }
-
-    /// Reads one more chunk; `false` when the stream ended.
-    async fn read(&mut self) -> bool {
-        let chunk = tokio::time::timeout(STEP_TIMEOUT, self.response.chunk()).await.expect("a chunk in time");
-        match chunk.expect("the stream reads cleanly") {
-            Some(bytes) => {
-                self.bytes.extend_from_slice(&bytes);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Reads until a whole frame of type `event` has arrived, and returns it.
-    pub async fn until_event(&mut self, event: &str) -> Frame {
-        loop {
-            if let Some(frame) = self.frames().into_iter().find(|f| f.event == event) {
-                return frame;
-            }
-            assert!(self.read().await, "the stream ended before a {event} frame: {}", self.text());
-        }
-    }
-
-    /// Reads to the end of the stream; returns all the text read.
-    pub async fn rest(&mut self) -> String {
-        while self.read().await {}
-        self.text()
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8(self.bytes.clone()).expect("UTF-8 SSE")
-    }
-
-    /// The complete frames read so far (comments skipped).
-    pub fn frames(&self) -> Vec<Frame> {
-        let text = self.text();
-        let mut frames = Vec::new();
-        let mut blocks: Vec<&str> = text.split("\n\n").collect();
-        blocks.pop(); // incomplete (or empty) tail
-        for block in blocks {
-            let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id: ").or_else(|| line.strip_prefix("id:")) {
-                    id = v.parse().ok();
-                } else if let Some(v) = line.strip_prefix("event: ").or_else(|| line.strip_prefix("event:")) {
-                    event = v.to_string();
-                } else if let Some(v) = line.strip_prefix("data: ").or_else(|| line.strip_prefix("data:")) {
-                    data.push_str(v);
-                }
-            }
-            if !data.is_empty() {
-                let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
-                frames.push(Frame { id, event, data });
-            }
-        }
-        frames
-    }
-}
-
-/// Replaces run-specific values with placeholders: the given strings, every
-/// `"ts":<digits>` and every `"time":"<string>"`. Heartbeat comments are
-/// dropped.
-pub fn normalise(text: &str, replacements: &[(&str, &str)]) -> String {
-    let mut out = text.replace("\r\n", "\n");
-    for (from, to) in replacements {
-        out = out.replace(from, to);
-    }
-    let mut timeless = String::with_capacity(out.len());
-    let mut rest = out.as_str();
-    while let Some(at) = rest.find("\"time\":\"") {
-        let (head, tail) = rest.split_at(at + "\"time\":\"".len());
-        timeless.push_str(head);
-        timeless.push_str("<time>");
-        rest = &tail[tail.find('"').unwrap_or(tail.len())..];
-    }
-    timeless.push_str(rest);
-    let out = timeless;
-    let mut masked = String::with_capacity(out.len());
-    let mut rest = out.as_str();
-    while let Some(at) = rest.find("\"ts\":") {
-        let (head, tail) = rest.split_at(at + "\"ts\":".len());
-        masked.push_str(head);
-        let digits = tail.chars().take_while(char::is_ascii_digit).count();
-        masked.push_str(if digits > 0 { "\"<ts>\"" } else { "" });
-        rest = &tail[digits..];
-    }
-    masked.push_str(rest);
-    masked.lines().filter(|l| !l.starts_with(':')).map(|l| format!("{l}\n")).collect()
-}
-
-/// Compares `actual` with `tests/api/golden/<name>`, or writes it there
-/// when `UPDATE_GOLDEN` is set.
-pub fn assert_golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/api/golden").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
-    if let Some((n, (want, got))) =
-        expected.lines().zip(actual.lines()).enumerate().find(|(_, (want, got))| want != got)
-    {
-        panic!("{name} differs at line {}:\n  expected: {want}\n  actual:   {got}\nwhole actual:\n{actual}", n + 1);
-    }
-    assert_eq!(expected, actual, "{name} differs in length; whole actual:\n{actual}");
-}
-
-/// Every store key of `app`'s prefix (heartbeats aside).
-pub async fn store_keys(app: &TestApp) -> BTreeSet<String> {
-    crate::helpers::store_snapshot(app).await.into_keys().collect()
 }
