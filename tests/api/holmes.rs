@@ -10,8 +10,6 @@
 //! `UPDATE_GOLDEN=1 cargo test --test api holmes` and review the diff
 //! against the seed docs (`shared/seeds/000_*`, `001_*`) before keeping it.
 
-use std::path::PathBuf;
-
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
@@ -19,7 +17,7 @@ use crate::{
     helpers::{assert_detail, assert_invalid},
     orchestrator::{World, kinds, of_kind, tool_messages, world},
     sse::{Frame, SseReader},
-    support::mock_upstream::Reply,
+    support::{mock_upstream::Reply, raw_sse::assert_golden},
 };
 
 const SYSTEM: &str = "You are a test assistant.";
@@ -158,8 +156,10 @@ async fn a_resume_with_edited_tool_arguments_is_a_conflict_and_runs_nothing() {
     resume_and_finish(&w, 0, json!({"conversation_history": paused.data["conversation_history"]})).await;
 }
 
-/// Raw SSE, normalised for the golden files.
-fn normalise(raw: &str, session_id: &str) -> String {
+/// Raw Holmes SSE, normalised for the golden files: the session id, and
+/// event ids renumbered in order of appearance (how many text deltas a
+/// model call's text was committed as depends on timing).
+pub fn normalise(raw: &str, session_id: &str) -> String {
     let mut ids: Vec<String> = Vec::new();
     let mut out = String::new();
     for line in raw.replace(session_id, "<session_id>").lines() {
@@ -190,18 +190,6 @@ fn data_of(raw: &str, event: &str) -> Value {
     serde_json::from_str(data).unwrap()
 }
 
-fn check_golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/api/golden").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("{} is missing: run with UPDATE_GOLDEN=1", path.display()));
-    assert_eq!(actual, expected, "{name} differs (UPDATE_GOLDEN=1 regenerates it; review the diff)");
-}
-
 #[tokio::test]
 async fn a_conversation_with_allowed_denied_and_frontend_tools_streams_as_the_golden_transcripts() {
     let w = world(1, |_| {}).await;
@@ -219,7 +207,7 @@ async fn a_conversation_with_allowed_denied_and_frontend_tools_streams_as_the_go
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let id = response.headers()["x-session-id"].to_str().unwrap().to_string();
     let pause = response.text().await.unwrap();
-    check_golden("holmes_pause.sse", &normalise(&pause, &id));
+    assert_golden("holmes_pause.sse", &normalise(&pause, &id));
 
     let mut resume = answers_to_the_pause();
     resume["tool_decisions"] = json!(null);
@@ -228,7 +216,7 @@ async fn a_conversation_with_allowed_denied_and_frontend_tools_streams_as_the_go
     let response = chat(&w, 0, &resume).await;
     assert_eq!(response.status(), StatusCode::OK);
     let resumed = response.text().await.unwrap();
-    check_golden("holmes_resume.sse", &normalise(&resumed, &id));
+    assert_golden("holmes_resume.sse", &normalise(&resumed, &id));
     assert_eq!(w.tools.calls("lookup"), 1);
     assert_eq!(w.tools.calls("wipe"), 0);
 }

@@ -9,9 +9,13 @@ use serde_json::{Value, json};
 
 use crate::{
     helpers::{AppOptions, api_key_entry, assert_detail, assert_invalid, store_snapshot},
+    holmes::normalise,
     orchestrator::{World, kinds, of_kind, tool_messages, world},
     sse::{Frame, SseReader},
-    support::mock_upstream::Reply,
+    support::{
+        mock_upstream::Reply,
+        raw_sse::{RawSse, assert_golden},
+    },
 };
 
 /// The key a Holmes UI sends as `X-API-Key`.
@@ -31,6 +35,16 @@ async fn post(w: &World, on: usize, path: &str, body: &Value) -> Response {
 async fn frames(response: Response) -> Vec<Frame> {
     assert_eq!(response.status(), StatusCode::OK);
     SseReader::new(response).rest().await
+}
+
+/// The frames of a stream, after checking its raw text against the golden
+/// transcript `golden`.
+async fn golden_frames(response: Response, golden: &str) -> Vec<Frame> {
+    let id = response.headers()["x-session-id"].to_str().unwrap().to_string();
+    let mut raw = RawSse::new(response);
+    let text = raw.rest().await;
+    assert_golden(golden, &normalise(&text, &id));
+    raw.frames()
 }
 
 /// A model message that calls `refund` twice (orders 1 and 2) and, when
@@ -76,7 +90,7 @@ async fn a_key_holding_client_approves_one_of_two_calls_on_another_replica_and_t
     // On B: no session_id, no history; one decision.
     w.upstream.push(Reply::new().text(["Refunded order 1; order 2 was not approved."]));
     let decide = json!({"ask": "", "stream": true, "tool_decisions": [{"tool_call_id": "call_a", "approved": true}]});
-    let resumed = frames(post(&w, 1, "/api/chat", &decide).await).await;
+    let resumed = golden_frames(post(&w, 1, "/api/chat", &decide).await, "holmes_partial_decisions.sse").await;
     assert_eq!(
         kinds(&resumed),
         ["tool_calling_result", "tool_calling_result", "ai_message", "token_count", "ai_answer_end"]
@@ -230,6 +244,18 @@ async fn an_investigation_answers_with_sections_from_structured_output_and_its_t
 }
 
 #[tokio::test]
+async fn a_streamed_investigation_matches_the_golden_transcript() {
+    let w = world(1, with_ui_key).await;
+    w.upstream.push(Reply::new().text(["Checking the pod."]).tool_call("call_l", "lookup", [r#"{"id":"my-pod"}"#]));
+    w.upstream.push(Reply::new().text([r#"{"Key Findings": "OOMKilled", "Next Steps": "raise the limit"}"#]));
+    let body = issue().to_string().replacen('{', r#"{"sections": {"Key Findings": "what", "Next Steps": "then"}, "#, 1);
+    let raw = w.apps[0].client.post(w.apps[0].url("/api/stream/investigate")).header("x-api-key", UI_KEY);
+    let response = raw.header("content-type", "application/json").body(body).send().await.unwrap();
+    let frames = golden_frames(response, "holmes_investigate.sse").await;
+    assert_eq!(frames.last().unwrap().event, "ai_answer_end");
+}
+
+#[tokio::test]
 async fn a_streamed_investigation_cut_mid_way_is_rejoined_on_another_replica() {
     let w = world(2, with_ui_key).await;
     w.upstream.push(Reply::new().text(["Checking."]).tool_call("call_l", "lookup", [r#"{"id":"my-pod"}"#]));
@@ -305,11 +331,12 @@ async fn issue_chat_and_the_streamed_chat_routes_answer_as_api_chat() {
             && system.contains("OOMKilled")
     );
 
-    for path in ["/api/stream/chat", "/api/stream/issue_chat"] {
+    let goldens = [("/api/stream/chat", "holmes_stream_chat.sse"), ("/api/stream/issue_chat", "holmes_issue_chat.sse")];
+    for (path, golden) in goldens {
         w.upstream.push(Reply::new().text(["Streamed."]));
         let mut streamed = body.clone();
         streamed["stream"] = json!(false);
-        let frames = frames(post(&w, 0, path, &streamed).await).await;
+        let frames = golden_frames(post(&w, 0, path, &streamed).await, golden).await;
         assert_eq!(kinds(&frames), ["ai_message", "token_count", "ai_answer_end"], "{path}");
         assert_eq!(frames.last().unwrap().data["analysis"], "Streamed.");
     }
