@@ -10,6 +10,7 @@ mod native;
 mod openai_messages;
 mod ops;
 mod stream;
+mod zot;
 
 use axum::{
     Router,
@@ -45,6 +46,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/ai-sdk/chat", post(ai_sdk::chat))
         .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect))
         .route("/v1/ag-ui", post(ag_ui::run))
+        .route("/v1/zot", post(zot::rpc))
 }
 
 pub async fn not_found() -> ApiError {

@@ -213,7 +213,7 @@ pub fn respond(
 
 /// An NDJSON response: each frame's `data` and a newline; after
 /// `server.heartbeat_secs` without a frame, a heartbeat line.
-fn ndjson(state: &AppState, frames: BoxStream<'static, Frame>) -> Response {
+pub fn ndjson(state: &AppState, frames: BoxStream<'static, Frame>) -> Response {
     let period = state.config.server.heartbeat;
     let idle = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let lines = futures::stream::unfold((frames, idle), |(mut frames, mut idle)| async move {

@@ -25,6 +25,10 @@ pub struct SessionOptions {
     pub behavior_controls: BTreeMap<String, bool>,
     #[serde(default)]
     pub approval: ApprovalMode,
+    /// How hard the model should think (zot's `set_reasoning`: `low`,
+    /// `medium`, `high`, …); `None` leaves it to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     /// An investigation (Holmes' seed-001 `/api/investigate`): the sections
     /// its answer fills, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]

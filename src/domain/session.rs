@@ -229,6 +229,11 @@ impl Session {
     pub fn subject(&self) -> &str {
         &self.subject
     }
+    /// The running turn only compacts the conversation.
+    pub fn compacting_only(&self) -> bool {
+        self.turn_state.compact_only
+    }
+
     pub fn model(&self) -> &str {
         &self.model
     }

@@ -32,6 +32,7 @@ pub(super) async fn summarize(
         max_output_tokens: model.max_output_tokens,
         response_format: None,
         prefill: None,
+        reasoning: None,
     };
     Ok(model_call::call(call, request, Output::Quiet, cancelled).await?.text)
 }

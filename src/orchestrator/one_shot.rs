@@ -58,6 +58,7 @@ pub async fn stream(
         max_output_tokens: model.max_output_tokens,
         response_format: None,
         prefill: None,
+        reasoning: None,
     };
     // Not a turn: nothing reports this upstream time.
     let upstream = UpstreamTime::default();

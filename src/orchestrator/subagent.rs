@@ -72,6 +72,7 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
             max_output_tokens: model.max_output_tokens,
             response_format: None,
             prefill: None,
+            reasoning: None,
         };
         let call = ModelCall {
             provider: provider.as_ref(),

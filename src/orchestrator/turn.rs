@@ -1,6 +1,7 @@
 //! One turn of the agent loop, from its last commit to its end:
 //!
 //! ```text
+//! a compaction turn?     → compact the history, end (zot's `compact`)
 //! loop:
 //!   tool calls open?     → tools phase (run, relay, pause)
 //!   iteration limit?     → end: max_iterations
@@ -97,6 +98,13 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
         return Ok(End::failed(FailureCode::UnknownModel, format!("the model {alias:?} is not configured")));
     };
     let model = &*model;
+    if handle.session().compacting_only() {
+        let messages = orchestrator.messages_with_system(handle.session());
+        let before = context::estimate(&messages);
+        return Ok(compact(orchestrator, handle, model, provider.as_ref(), messages, before)
+            .await?
+            .unwrap_or(End::Finished(TurnEndReason::Final)));
+    }
     let max_iterations =
         handle.session().options().max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
     loop {
@@ -158,6 +166,7 @@ fn request(orchestrator: &Orchestrator, handle: &RunHandle, model: &ModelConfig)
         max_output_tokens: model.max_output_tokens,
         response_format: session.options().response_format.clone(),
         prefill: None,
+        reasoning: session.options().reasoning.clone(),
     }
 }
 
@@ -174,6 +183,19 @@ async fn fit_context(
     if !context::needs_compaction(before, model) {
         return Ok(None);
     }
+    compact(orchestrator, handle, model, provider, messages, before).await
+}
+
+/// Replaces the history by its summary (`messages` as the model sees them,
+/// about `before` tokens); fails the turn when even that does not fit.
+async fn compact(
+    orchestrator: &Orchestrator,
+    handle: &mut RunHandle,
+    model: &ModelConfig,
+    provider: &dyn ModelProvider,
+    messages: Vec<crate::domain::ChatMessage>,
+    before: u64,
+) -> Result<Option<End>, SessionError> {
     handle.transition(|s| s.begin_compaction(before)).await?;
     let result = {
         let call = orchestrator.model_call(handle, model, provider);

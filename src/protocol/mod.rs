@@ -177,7 +177,7 @@ pub fn encoder_for(format: &str, models: &ModelLimits) -> Option<Box<dyn Encoder
         "holmes" => Some(Box::new(holmes::HolmesEncoder::for_models(models.clone()))),
         "llm-gateway" => Some(Box::new(llm_gateway::LlmGatewayEncoder::default())),
         "cosmo" => Some(Box::new(cosmo::CosmoEncoder::new(models.clone()))),
-        "zot" => Some(Box::new(zot::ZotEncoder::default())),
+        "zot" => Some(Box::new(zot::ZotEncoder::for_models(models.clone()))),
         "ai-sdk" => Some(Box::new(ai_sdk::AiSdkEncoder::default())),
         "ag-ui" => Some(Box::new(ag_ui::AgUiEncoder::default())),
         _ => None,

@@ -11,10 +11,11 @@
 //! | first output of a step | `turn_start {step}`, `assistant_start` |
 //! | `text_delta` | `text_delta {delta}` |
 //! | `tool_call_started` / `tool_call_args` | `tool_use_start {id, name}` / `tool_use_args {id, delta}` |
-//! | `usage` (every model call ends with one) | `tool_use_end {id}` per call, `usage {input, output, cache_read, cache_write, cumulative}`, `assistant_message {content, time}` (the step's text from `message_completed`, and `tool_call` blocks) |
-//! | `tool_call` (permitted) | `tool_call {id, name, args}` (Glasspane skips it: `tool_use_start` opened the call) |
-//! | `tool_result` | `turn_end {stop: "tool_use"}` before the step's first one; `tool_result {id, is_error, content}` |
-//! | `error` | `turn_end {stop: "error", error}` if a step is open; `error {message}` |
+//! | `usage` (every model call ends with one) | `tool_use_end {id}` per call, `usage {input, output, reasoning, cache_read, cache_write, cost_usd, cumulative}`, `assistant_message {content, time}` (the step's text from `message_completed`, and `tool_call` blocks), then for a step that asked for tools a standalone `tool_call {id, name, args}` per call (Glasspane skips it: `tool_use_start` opened the call) and `turn_end {stop: "tool_use"}` |
+//! | `tool_call` (permitted, about to run) | nothing: announced at the end of its step |
+//! | `tool_result` | `tool_progress {id, text}` with the output of a call that ran (HTTP tools answer at once: one line), then `tool_result {id, is_error, content}` |
+//! | `error` | `turn_start {step}` if no step is open (a turn that failed before any output), `turn_end {stop: "error", error}`; `error {message}` |
+//! | `compaction_done` | `compact_done {summary}` |
 //! | `turn_ended` | `turn_end {stop: "end"}` (`"aborted"` when cancelled) if a step is open; `done` |
 //! | `paused` | `turn_end {stop: "tool_use"}` if owed; `done {paused: true}` |
 //! | `step_restarted` (takeover) | for the cut step, if open: `tool_use_end {id}` per call it started, `assistant_message {content: []}`, `turn_end {stop: "aborted", restarted: true}`; then the step starts again under its own number |
@@ -28,21 +29,31 @@
 //! step then starts again with a `turn_start` of the same number, and its
 //! `assistant_message` holds only the regenerated text.
 //!
-//! Ours on every line: `seq`, so a consumer can rejoin with `?after=<seq>`;
-//! and when nothing happens for a while, a `{"type":"heartbeat"}` line. zot's
-//! `usage.cost_usd` is left out (prices are the provider's), and so are
-//! `user_message` (the events do not carry the user's text), reasoning,
-//! relays (the call's `tool_result` comes once decided), compaction and
-//! subagents' own events (the parent's `agent` call stands for them).
+//! Ours on every line: `seq`, so a consumer can rejoin with `?after=<seq>`
+//! (a stream that starts mid-turn is given the turn's events before its
+//! cursor first, so its step numbers and open calls are right); and when
+//! nothing happens for a while, a `{"type":"heartbeat"}` line.
+//! `usage.cost_usd` comes from the model's configured `prices` (0 without);
+//! `usage.reasoning` is null (providers do not report it apart). Not from
+//! the log: `user_message`, which the request that starts the turn sends
+//! (`api/zot.rs`), reasoning text, relays (the call's `tool_result` comes
+//! once decided), and subagents' own events (the parent's `agent` call
+//! stands for them).
 
 use serde_json::{Map, Value, json};
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use time::OffsetDateTime;
 
-use super::{Encoder, EventKind, Frame, LogEvent, Transport, TurnEndReason};
-use crate::domain::{ToolStatus, Usage};
+use super::{Encoder, EventKind, Frame, LogEvent, ModelLimits, Transport, TurnEndReason};
+use crate::{
+    config::Prices,
+    domain::{ToolStatus, Usage},
+};
 
 #[derive(Default)]
 pub struct ZotEncoder {
+    /// Every model's limits and prices; `prices` once the turn names its model.
+    models: ModelLimits,
+    prices: Option<Prices>,
     /// The last step number shown.
     step: u32,
     /// A `turn_start` was sent and its `turn_end` not yet.
@@ -57,6 +68,11 @@ pub struct ZotEncoder {
 }
 
 impl ZotEncoder {
+    /// An encoder that reports costs from the models' prices.
+    pub fn for_models(models: ModelLimits) -> Self {
+        Self { models, ..Self::default() }
+    }
+
     fn line(seq: u64, kind: &str, fields: Value) -> Frame {
         let mut object = Map::new();
         object.insert("type".into(), json!(kind));
@@ -99,16 +115,33 @@ impl ZotEncoder {
         if let Some(text) = self.text.take().filter(|t| !t.is_empty()) {
             blocks.push(json!({"type": "text", "text": text}));
         }
+        let mut calls = Vec::new();
         for (id, name, text) in std::mem::take(&mut self.calls) {
             out.push(Self::line(seq, "tool_use_end", json!({"id": id})));
             let args: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
+            calls.push(json!({"id": id, "name": name, "args": args}));
             blocks.push(json!({"type": "tool_call", "id": id, "name": name, "args": args}));
-            self.tool_use_end_due = true;
         }
-        let mut fields = usage_fields(usage);
-        fields["cumulative"] = usage_fields(total);
+        let mut fields = self.usage_fields(usage);
+        fields["cumulative"] = self.usage_fields(total);
         out.push(Self::line(seq, "usage", fields));
         out.push(Self::line(seq, "assistant_message", json!({"content": blocks, "time": iso_time(ts)})));
+        // zot announces each call about to run, then ends the step.
+        if !calls.is_empty() {
+            for call in calls {
+                out.push(Self::line(seq, "tool_call", call));
+            }
+            self.tool_use_end_due = true;
+            self.settle_tool_use(seq, out);
+        }
+    }
+
+    /// zot's usage fields; `cost_usd` from the model's prices.
+    fn usage_fields(&self, usage: &Usage) -> Value {
+        let cost = self.prices.map_or(0.0, |p| p.cost(usage.input_tokens, usage.output_tokens));
+        json!({"input": usage.input_tokens, "output": usage.output_tokens, "reasoning": null,
+               "cache_read": usage.cache_read_tokens, "cache_write": usage.cache_write_tokens,
+               "cost_usd": (cost * 1e9).round() / 1e9})
     }
 }
 
@@ -146,15 +179,15 @@ impl Encoder for ZotEncoder {
             }
             EventKind::MessageCompleted { content, .. } => self.text.clone_from(content),
             EventKind::Usage { usage, total } => self.end_of_call(seq, event.event.ts, usage, total, &mut out),
-            EventKind::ToolCall { tool_call_id, name, arguments } => {
-                out.push(Self::line(seq, "tool_call", json!({"id": tool_call_id, "name": name, "args": arguments})));
-            }
             EventKind::ToolResult { tool_call_id, status, output, .. } => {
                 self.settle_tool_use(seq, &mut out);
                 let text = match output {
                     Value::String(text) => text.clone(),
                     other => other.to_string(),
                 };
+                if *status == ToolStatus::Success {
+                    out.push(Self::line(seq, "tool_progress", json!({"id": tool_call_id, "text": text})));
+                }
                 out.push(Self::line(
                     seq,
                     "tool_result",
@@ -179,6 +212,12 @@ impl Encoder for ZotEncoder {
             }
             EventKind::Error { message, .. } => {
                 self.settle_tool_use(seq, &mut out);
+                if !self.in_step {
+                    // As zot: a failed turn still has its step.
+                    self.step += 1;
+                    self.in_step = true;
+                    out.push(Self::line(seq, "turn_start", json!({"step": self.step})));
+                }
                 self.end_step(seq, json!({"stop": "error", "error": message}), &mut out);
                 out.push(Self::line(seq, "error", json!({"message": message})));
             }
@@ -192,11 +231,14 @@ impl Encoder for ZotEncoder {
                 self.end_step(seq, json!({"stop": stop}), &mut out);
                 out.push(Self::line(seq, "done", json!({})));
             }
-            EventKind::TurnStarted { .. }
+            EventKind::CompactionDone { summary, .. } => {
+                out.push(Self::line(seq, "compact_done", json!({"summary": summary})));
+            }
+            EventKind::TurnStarted { model, .. } => self.prices = self.models.get(model).and_then(|l| l.prices),
+            EventKind::ToolCall { .. }
             | EventKind::Resumed { .. }
             | EventKind::RelayDecided { .. }
-            | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => {}
+            | EventKind::CompactionStarted { .. } => {}
         }
         out
     }
@@ -205,18 +247,20 @@ impl Encoder for ZotEncoder {
         let data = json!({"type": "error", "message": message, "code": code});
         vec![Frame { id: None, event: None, data: data.to_string(), retry: None }]
     }
-}
 
-fn usage_fields(usage: &Usage) -> Value {
-    json!({"input": usage.input_tokens, "output": usage.output_tokens,
-           "cache_read": usage.cache_read_tokens, "cache_write": usage.cache_write_tokens})
+    /// Step numbers and a step's open calls span the cursor of a rejoin.
+    fn wants_turn_context(&self) -> bool {
+        true
+    }
 }
 
 /// Unix milliseconds as zot writes times: `2026-06-21T22:36:06.817Z`.
-fn iso_time(ms: u64) -> String {
+pub fn iso_time(ms: u64) -> String {
+    let format =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
+        .and_then(|t| t.format(&format).ok())
         .unwrap_or_default()
 }
 

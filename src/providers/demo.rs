@@ -220,6 +220,7 @@ mod tests {
             max_output_tokens: 100,
             response_format: None,
             prefill: None,
+            reasoning: None,
         }
     }
 

@@ -55,6 +55,17 @@ impl ModelProvider for OpenAiProvider {
     }
 }
 
+/// OpenAI's `reasoning_effort` for a zot reasoning level (`off`: none sent).
+fn reasoning_effort(level: &str) -> Option<&'static str> {
+    match level {
+        "minimum" | "minimal" => Some("minimal"),
+        "low" => Some("low"),
+        "medium" => Some("medium"),
+        "high" | "xhigh" | "max" => Some("high"),
+        _ => None,
+    }
+}
+
 fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Value {
     let mut body = json!({
         "model": model,
@@ -76,6 +87,9 @@ fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Value {
     }
     if let Some(format) = &request.response_format {
         body["response_format"] = format.clone();
+    }
+    if let Some(effort) = request.reasoning.as_deref().and_then(reasoning_effort) {
+        body["reasoning_effort"] = json!(effort);
     }
     // vLLM's (and others') way to continue an answer instead of starting one.
     if let Some(prefill) = &request.prefill
@@ -340,6 +354,7 @@ mod tests {
             max_output_tokens: 7,
             response_format: Some(json!({"type": "json_object"})),
             prefill: None,
+            reasoning: None,
         };
         let body = request_body(&request, "m", 7);
         assert_eq!(

@@ -26,6 +26,10 @@ pub struct ModelRequest {
     /// step cut short by a takeover): Anthropic's prefill, or an
     /// OpenAI-compatible server's `continue_final_message`.
     pub prefill: Option<String>,
+    /// How hard to think (zot's levels: `off`, `minimum`, `low`, `medium`,
+    /// `high`, `xhigh`, `max`): OpenAI-compatible servers get it as
+    /// `reasoning_effort`; Anthropic's extended thinking is not asked for.
+    pub reasoning: Option<String>,
 }
 
 /// One step of a streamed model response.

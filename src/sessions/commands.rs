@@ -85,6 +85,31 @@ impl Sessions {
         Ok(started)
     }
 
+    /// Starts a turn on a session the caller has read that only compacts its
+    /// conversation (zot's `compact`), on this replica.
+    pub async fn start_compaction_on(&self, loaded: Loaded) -> Result<Started, SessionError> {
+        let Loaded { key, record, mut session } = loaded;
+        let earlier = session.trace_parent().map(str::to_string);
+        let events = session.start_compaction(self.request_trace())?;
+        self.activate(&key, Some(&record), session, events, earlier).await
+    }
+
+    /// Applies a transition between turns (a model or reasoning change, a
+    /// clear) to a session the caller has read, in one commit fenced by
+    /// that read: a racing change wins or this one does, never both.
+    pub async fn update_on(
+        &self,
+        loaded: Loaded,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<crate::domain::EventKind>, crate::domain::Refused>,
+    ) -> Result<Session, SessionError> {
+        let Loaded { key, record, mut session } = loaded;
+        let events = transition(&mut session)?;
+        let commit = self.session_commit(&key, fence_of(&record), &session, &events)?;
+        self.commit_one(commit).await?;
+        session.conversation_saved();
+        Ok(session)
+    }
+
     /// Records a permission decision for a live relay, from any replica, for
     /// the turn that waits for it. `session_id`, when the client sends it,
     /// must match the relay's session.

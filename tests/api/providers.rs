@@ -128,6 +128,7 @@ fn ask(text: &str) -> ModelRequest {
         max_output_tokens: 256,
         response_format: None,
         prefill: None,
+        reasoning: None,
     }
 }
 
@@ -256,6 +257,7 @@ fn rich_request() -> ModelRequest {
         max_output_tokens: 256,
         response_format: Some(json!({"type": "json_object"})),
         prefill: None,
+        reasoning: None,
     }
 }
 

@@ -76,6 +76,10 @@ impl PlannedCall {
 /// last model response until all have results.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnState {
+    /// The turn only compacts the conversation (zot's `compact`): no
+    /// model step answers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) compact_only: bool,
     pub(super) iterations: u32,
     #[serde(default)]
     pub(super) usage: Usage,

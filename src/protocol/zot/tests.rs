@@ -62,6 +62,7 @@ fn a_tool_round_gives_the_seed_transcripts_sequence() {
             "assistant_message",
             "tool_call",
             "turn_end",
+            "tool_progress",
             "tool_result",
             "turn_start",
             "assistant_start",
@@ -82,19 +83,27 @@ fn a_tool_round_gives_the_seed_transcripts_sequence() {
     assert_eq!(data[8]["time"], "1970-01-01T00:00:00.001Z");
     assert_eq!(
         data[7],
-        json!({"type": "usage", "input": 896, "output": 20, "cache_read": 0, "cache_write": 0,
-        "cumulative": {"input": 896, "output": 20, "cache_read": 0, "cache_write": 0}, "seq": 7})
+        json!({"type": "usage", "input": 896, "output": 20, "reasoning": null, "cache_read": 0, "cache_write": 0,
+        "cost_usd": 0.0, "cumulative": {"input": 896, "output": 20, "reasoning": null, "cache_read": 0,
+        "cache_write": 0, "cost_usd": 0.0}, "seq": 7})
     );
-    assert_eq!(data[10], json!({"type": "turn_end", "stop": "tool_use", "seq": 9}));
+    // As zot: the call announced before the step ends, its output, its result.
     assert_eq!(
-        data[11],
+        data[9],
+        json!({"type": "tool_call", "id": "call_00", "name": "bash",
+        "args": {"command": "uname -a"}, "seq": 7})
+    );
+    assert_eq!(data[10], json!({"type": "turn_end", "stop": "tool_use", "seq": 7}));
+    assert_eq!(data[11], json!({"type": "tool_progress", "id": "call_00", "text": "FreeBSD 15.0", "seq": 9}));
+    assert_eq!(
+        data[12],
         json!({"type": "tool_result", "id": "call_00", "is_error": false,
         "content": [{"type": "text", "text": "FreeBSD 15.0"}], "seq": 9})
     );
-    assert_eq!(data[12]["step"], 2);
-    assert_eq!(data[17]["content"], json!([{"type": "text", "text": "This system"}]));
-    assert_eq!(data[18], json!({"type": "turn_end", "stop": "end", "seq": 14}));
-    assert_eq!(data[19], json!({"type": "done", "seq": 14}));
+    assert_eq!(data[13]["step"], 2);
+    assert_eq!(data[18]["content"], json!([{"type": "text", "text": "This system"}]));
+    assert_eq!(data[19], json!({"type": "turn_end", "stop": "end", "seq": 14}));
+    assert_eq!(data[20], json!({"type": "done", "seq": 14}));
     assert!(frames.iter().all(|f| f.event.is_none()));
     assert_eq!(encoder.transport(), Transport::Ndjson);
 }
@@ -149,13 +158,15 @@ fn a_denied_call_is_an_error_result_and_a_pause_owes_its_turn_end_then_is_done()
             "tool_use_end",
             "usage",
             "assistant_message",
+            "tool_call",
+            "tool_call",
             "turn_end",
             "tool_result",
             "done"
         ]
     );
-    assert_eq!(all_data(&frames)[9]["is_error"], true);
-    assert_eq!(all_data(&frames)[10], json!({"type": "done", "paused": true, "seq": 5}));
+    assert_eq!(all_data(&frames)[11]["is_error"], true, "a denied call never ran: no progress");
+    assert_eq!(all_data(&frames)[12], json!({"type": "done", "paused": true, "seq": 5}));
 }
 
 #[test]
@@ -228,4 +239,66 @@ fn a_restarted_step_ends_its_message_empty_and_the_final_message_is_the_regenera
     let finals: Vec<&Value> = lines.iter().filter(|l| l["type"] == "assistant_message").collect();
     assert_eq!(finals.last().unwrap()["content"], json!([{"type": "text", "text": "w1 w2 w3"}]));
     assert_eq!(messages(&lines), ["", crate::protocol::testing::RESTARTED_ANSWER]);
+}
+
+#[test]
+fn a_turn_that_fails_before_any_output_still_has_its_step() {
+    let mut encoder = ZotEncoder::default();
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TurnStarted { turn: 1, model: "m".into() },
+            EventKind::Error {
+                code: crate::domain::FailureCode::UpstreamError,
+                message: "deepseek: http 401".into(),
+                retry_after_secs: None,
+            },
+            ended(TurnEndReason::Failed),
+        ],
+    );
+    // Seed 004's first transcript, after its `user_message`.
+    assert_eq!(
+        all_data(&frames),
+        [
+            json!({"type": "turn_start", "step": 1, "seq": 2}),
+            json!({"type": "turn_end", "stop": "error", "error": "deepseek: http 401", "seq": 2}),
+            json!({"type": "error", "message": "deepseek: http 401", "seq": 2}),
+            json!({"type": "done", "seq": 3}),
+        ]
+    );
+}
+
+#[test]
+fn a_compaction_ends_with_its_summary_and_costs_come_from_the_models_prices() {
+    let prices = crate::config::Prices { input_per_million: 1.0, output_per_million: 2.0 };
+    let models: ModelLimits = [(
+        "priced".to_string(),
+        crate::protocol::Limits { max_tokens: 1000, max_output_tokens: 100, prices: Some(prices) },
+    )]
+    .into_iter()
+    .collect();
+    let mut encoder = ZotEncoder::for_models(models);
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TurnStarted { turn: 2, model: "priced".into() },
+            EventKind::CompactionStarted { tokens: 900, messages: 12 },
+            EventKind::CompactionDone {
+                tokens_before: 900,
+                tokens_after: 100,
+                summary: "<analysis>S</analysis>".into(),
+                messages_before: 12,
+                messages: Vec::new(),
+            },
+            completed(Some("ok")),
+            EventKind::Usage { usage: usage(1_000_000, 500_000), total: usage(2_000_000, 500_000) },
+            ended(TurnEndReason::Final),
+        ],
+    );
+    let data = all_data(&frames);
+    assert_eq!(data[0], json!({"type": "compact_done", "summary": "<analysis>S</analysis>", "seq": 3}));
+    let usage = data.iter().find(|l| l["type"] == "usage").unwrap();
+    assert_eq!(usage["cost_usd"], 2.0);
+    assert_eq!(usage["cumulative"]["cost_usd"], 3.0);
+    assert!(encoder.wants_turn_context(), "a rejoin needs the turn's steps and open calls");
 }
