@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     app::Application,
-    auth,
+    auth, bridge,
     config::{self, Config, ConfigErrors},
     telemetry::{Settings, Telemetry},
 };
@@ -54,11 +54,56 @@ pub enum Command {
     },
     /// Validate the configuration and report every error with its path.
     CheckConfig,
+    /// Speak zot's RPC on stdin and stdout (as `zot rpc` does), relaying to
+    /// the gateway at --url: a harness that spawns `zot rpc` spawns this
+    /// instead. A dropped connection is rejoined by sequence number.
+    #[command(name = "zot-rpc")]
+    ZotRpc {
+        /// The gateway (or its load balancer), e.g. http://127.0.0.1:8080.
+        #[arg(long)]
+        url: String,
+        /// A JWT (also SWITCHBOARD_TOKEN).
+        #[arg(long, env = "SWITCHBOARD_TOKEN", hide_env_values = true, conflicts_with = "api_key")]
+        token: Option<String>,
+        /// An API key (also SWITCHBOARD_API_KEY).
+        #[arg(long, env = "SWITCHBOARD_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// An existing session to continue; else one is made.
+        #[arg(long)]
+        session: Option<String>,
+        /// zot's flags: the model of a new session is `<provider>/<model>`
+        /// when both are given, else `<model>` (else the tenant's default).
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// zot's reasoning level for a new session.
+        #[arg(long)]
+        reasoning: Option<String>,
+        /// Accepted for zot's command line; the gateway has no working
+        /// directory of the caller's.
+        #[arg(long)]
+        cwd: Option<String>,
+    },
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
+    let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::ZotRpc { url, token, api_key, session, provider, model, reasoning, cwd: _ } = command {
+        // A client of a gateway: it needs no configuration of its own.
+        let credential = match (token, api_key) {
+            (Some(token), _) => Some(bridge::Credential::Token(token)),
+            (None, Some(key)) => Some(bridge::Credential::ApiKey(key)),
+            (None, None) => None,
+        };
+        let model = match (provider, model) {
+            (Some(provider), Some(model)) => Some(format!("{provider}/{model}")),
+            (_, model) => model,
+        };
+        return bridge::run(bridge::Options { url, credential, session, model, reasoning }).await;
+    }
     let config = Config::load(cli.config.as_deref(), &config::process_env);
-    match cli.command.unwrap_or(Command::Serve) {
+    match command {
         Command::Serve => serve(config).await,
         Command::Key { tenant, subject, scopes } => {
             match &config {
@@ -75,7 +120,8 @@ pub async fn run(cli: Cli) -> ExitCode {
             println!("{entry}");
             ExitCode::SUCCESS
         }
-        Command::CheckConfig => match config {
+        // (`zot-rpc` was handled above: it runs without a configuration.)
+        Command::CheckConfig | Command::ZotRpc { .. } => match config {
             Ok(config) => {
                 for warning in config.warnings() {
                     eprintln!("warning: {warning}");

@@ -1,7 +1,8 @@
 //! Switchboard: a multi-tenant session relay gateway for LLM agent sessions.
 //!
 //! Module map (what each owns):
-//! - [`cli`]       — the command line: `serve`, `token`, `check-config`.
+//! - [`cli`]       — the command line: `serve`, `token`, `key`, `check-config`, `zot-rpc`.
+//! - [`bridge`]    — `zot-rpc`: zot's stdio RPC relayed to a gateway, rejoining by seq.
 //! - [`config`]    — raw TOML → validated [`config::Config`]; env overrides; secrets.
 //! - [`app`]       — builds state, router and the one middleware stack; serve + shutdown.
 //! - [`server`]    — the accept loop: hyper with header read timeout, TCP_NODELAY, graceful close.
@@ -23,6 +24,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod domain;

@@ -67,8 +67,8 @@ pub(super) async fn plan(
                 }
                 (Verdict::Ask, ApprovalMode::Refuse) => CallDecision::Answer {
                     outcome: ToolOutcome::error(format!(
-                        "Tool call rejected for security reasons: the tool {} needs approval, and this client does \
-                         not give approvals (enable_tool_approval is off)",
+                        "Tool call rejected for security reasons: the tool {} needs approval, and this session's \
+                         client does not give approvals",
                         call.name
                     )),
                     announce: false,

@@ -15,6 +15,12 @@
 //! replica while the prompt runs elsewhere. `switchboard zot-rpc`
 //! (`crate::bridge`) puts this behind stdin and stdout.
 //!
+//! Ours: a `prompt`'s or `compact`'s `data.cursor` (the seq before its
+//! events, to rejoin from), `seq` on every event line.
+//!
+//! zot has no approvals: a session made here refuses the calls that need
+//! one (the model reads why), as Holmes without `enable_tool_approval`.
+//!
 //! Where it differs from a `zot rpc` process: a `prompt` or `compact`
 //! while a turn runs is refused (`agent is busy`) instead of queued (the
 //! bridge queues); `hello`'s token is not checked (the request's
@@ -39,7 +45,7 @@ use super::stream;
 use crate::{
     app::AppState,
     auth::Principal,
-    domain::{ChatMessage, ImagePart, Role, SessionOptions},
+    domain::{ApprovalMode, ChatMessage, ImagePart, Role, SessionOptions},
     error::ApiError,
     protocol::{Frame, zot::ZotEncoder},
     sessions::{NewSession, SessionError, Started},
@@ -103,7 +109,10 @@ pub async fn rpc(
         Some(id) => Some(state.sessions.get(&principal, &id).await?.session.id().to_string()),
         None if commands.iter().flatten().any(Command::needs_session) => {
             let model = super::model_or_default(&state, &principal, query.model.as_deref())?;
-            let new = NewSession { id: None, model, dialect: "zot", options: SessionOptions::default() };
+            // zot has no approval command: a tool that needs one is refused
+            // and the model told so, instead of waiting on a relay.
+            let options = SessionOptions { approval: ApprovalMode::Refuse, ..SessionOptions::default() };
+            let new = NewSession { id: None, model, dialect: "zot", options };
             Some(state.sessions.create(&principal, new).await?.id().to_string())
         }
         None => None,
@@ -196,7 +205,10 @@ impl Rpc {
             Ok(started) => started,
             Err(e) => return once(response(id, kind, Err(e.to_string()))),
         };
-        let mut lines = vec![response(id, kind, Ok(json!({"started": true})))];
+        // `cursor` is ours: the seq before the turn's events, so a client
+        // whose answer drops before any event rejoins after it.
+        let started_data = json!({"started": true, "cursor": started.cursor()});
+        let mut lines = vec![response(id, kind, Ok(started_data))];
         lines.extend(prompt.map(|message| render::user_message(&message)));
         let session_id = started.id().to_string();
         let follower = sessions.follow_started(started).await;
