@@ -234,7 +234,11 @@ impl Encoder for ZotEncoder {
             EventKind::CompactionDone { summary, .. } => {
                 out.push(Self::line(seq, "compact_done", json!({"summary": summary})));
             }
-            EventKind::TurnStarted { model, .. } => self.prices = self.models.get(model).and_then(|l| l.prices),
+            // zot counts steps per prompt.
+            EventKind::TurnStarted { model, .. } => {
+                self.step = 0;
+                self.prices = self.models.get(model).and_then(|l| l.prices);
+            }
             EventKind::ToolCall { .. }
             | EventKind::Resumed { .. }
             | EventKind::RelayDecided { .. }

@@ -31,3 +31,4 @@ mod restarts;
 mod sessions;
 mod store_contract;
 mod zot;
+mod zot_bridge;

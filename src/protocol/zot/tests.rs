@@ -302,3 +302,20 @@ fn a_compaction_ends_with_its_summary_and_costs_come_from_the_models_prices() {
     assert_eq!(usage["cumulative"]["cost_usd"], 3.0);
     assert!(encoder.wants_turn_context(), "a rejoin needs the turn's steps and open calls");
 }
+
+#[test]
+fn steps_are_counted_per_turn() {
+    let mut encoder = ZotEncoder::default();
+    let turn = |n| {
+        vec![
+            EventKind::TurnStarted { turn: n, model: "m".into() },
+            EventKind::TextDelta { text: "a".into() },
+            completed(Some("a")),
+            EventKind::Usage { usage: usage(1, 1), total: usage(1, 1) },
+            ended(TurnEndReason::Final),
+        ]
+    };
+    let frames = encode_all(&mut encoder, [turn(1), turn(2)].concat());
+    let steps: Vec<u64> = all_data(&frames).iter().filter_map(|l| l.get("step").and_then(Value::as_u64)).collect();
+    assert_eq!(steps, [1, 1]);
+}
