@@ -25,12 +25,14 @@ use crate::{orchestrator::world, support::mock_upstream::Reply};
 /// How long one line may take (a takeover waits for the dead replica's lease).
 const LINE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Open connections: backend index and the task copying its bytes.
+type Open = Arc<Mutex<Vec<(usize, JoinHandle<()>)>>>;
+
 /// A TCP proxy: each connection to the first backend not cut.
 struct Proxy {
     addr: SocketAddr,
     cut: Arc<Mutex<HashSet<usize>>>,
-    /// Open connections: backend index and the task copying its bytes.
-    open: Arc<Mutex<Vec<(usize, JoinHandle<()>)>>>,
+    open: Open,
     accept: JoinHandle<()>,
 }
 
@@ -39,7 +41,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cut: Arc<Mutex<HashSet<usize>>> = Arc::default();
-        let open: Arc<Mutex<Vec<(usize, JoinHandle<()>)>>> = Arc::default();
+        let open: Open = Arc::default();
         let (cut_, open_) = (cut.clone(), open.clone());
         let accept = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
