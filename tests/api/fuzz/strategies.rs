@@ -44,6 +44,12 @@ pub(super) fn valid_bodies(route: &str, id: &str) -> Vec<Value> {
                 "frontend_tool_results": [{"tool_call_id": "call_2", "tool_name": "render_chart", "result": "{}"}]}),
         ],
         "/api/stream/chat" => valid_bodies("/api/chat", id),
+        // One command line each; mutations make others (a prompt would be skipped).
+        "/v1/zot" => vec![
+            json!({"id": "1", "type": "ping"}),
+            json!({"id": 2, "type": "hello", "token": "t"}),
+            json!({"id": "3", "type": "get_models"}),
+        ],
         "/api/investigate" | "/api/stream/investigate" => vec![json!({"source": "prometheus", "title": "Pod down",
             "description": "It crashed", "subject": {"pod": "p"}, "context": {"alert": "x"},
             "source_instance_id": "ApiRequest", "include_tool_calls": true, "include_tool_call_results": false,
