@@ -121,6 +121,13 @@ fn probes(id: &str, relay_id: &str, call_id: &str) -> Vec<Probe> {
             "/api/chat".into(),
             json!({"ask": "and now?", "model": "mock", "session_id": id}),
         ),
+        Probe::post("zot state", format!("/v1/zot?session={id}"), json!({"id": "1", "type": "get_state"})),
+        Probe::post(
+            "zot prompt",
+            format!("/v1/zot?session={id}"),
+            json!({"id": "2", "type": "prompt", "message": "hi"}),
+        ),
+        Probe::post("zot abort", format!("/v1/zot?session={id}"), json!({"id": "3", "type": "abort"})),
     ];
     for format in switchboard::protocol::FORMATS {
         probes.push(Probe::get(format!("events as {format}"), format!("/v1/sessions/{id}/events?format={format}")));
