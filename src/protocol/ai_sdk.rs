@@ -16,6 +16,7 @@
 //! | `error` | `error {errorText}` |
 //! | `turn_ended` | `finish-step`, `finish {finishReason: stop, length (iteration limit) or error, messageMetadata: {usage}}`; `abort` when cancelled |
 //! | `step_restarted` (takeover) | `text-end` / `reasoning-end` for open parts, `tool-input-error` for the cut step's calls, `data-step-restarted {id, data: {step}}`, `finish-step`: the parts of that step are void |
+//! | `answer_dropped` (a regenerated answer) | nothing: the client dropped its message itself; the turn's stream is a new message |
 //!
 //! The client's reducer is strict, so the encoder keeps its rules: a text
 //! or reasoning part is closed before `finish-step`; no output, denial or
@@ -264,7 +265,9 @@ impl AiSdkEncoder {
                 }
                 out.push(finish);
             }
-            EventKind::CompactionStarted { .. } | EventKind::CompactionDone { .. } => {}
+            EventKind::CompactionStarted { .. }
+            | EventKind::CompactionDone { .. }
+            | EventKind::AnswerDropped { .. } => {}
         }
     }
 }

@@ -389,7 +389,7 @@ impl Session {
 
     // ---- helpers ----
 
-    fn become_(&mut self, status: Status) {
+    pub(super) fn become_(&mut self, status: Status) {
         self.status = status;
         self.updated_ms = now_ms();
     }
