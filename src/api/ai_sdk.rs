@@ -17,11 +17,16 @@
 //! `tool-approval-request`s, and the client's `addToolApprovalResponse`
 //! answers come back with the next POST. `trigger: "regenerate-message"` is
 //! refused: a session's history is not rewritten.
+//!
+//! The request does not say which `ai` version sent it, and both ai@6 and
+//! ai@7 read the same chunks, except that ai@7 has `reset-step` for a step a
+//! takeover cut short: an app on ai@7 sends `X-AI-SDK-Version: 7` to get it;
+//! any other request gets the stream ai@6 reads ([`AiSdkVersion`]).
 
 use axum::{
     Json,
     extract::{Path, State},
-    http::StatusCode,
+    http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
@@ -36,7 +41,7 @@ use crate::{
     auth::Principal,
     domain::{Answers, ApprovalMode, ChatMessage, Decision, FrontendTool, Role, Session, SessionOptions},
     error::ApiError,
-    protocol::ai_sdk::{AiSdkEncoder, live_parts},
+    protocol::ai_sdk::{AiSdkEncoder, AiSdkVersion, VERSION_HEADER, live_parts},
     sessions::NewSession,
 };
 
@@ -78,9 +83,11 @@ enum UiRole {
 pub async fn chat(
     State(state): State<AppState>,
     principal: Principal,
+    headers: HeaderMap,
     Json(body): Json<ChatBody>,
 ) -> Result<Response, ApiError> {
     client_chat::check_id("id", &body.id)?;
+    let version = client_version(&headers)?;
     if body.trigger.as_deref() == Some("regenerate-message") {
         return Err(ApiError::bad_request("regenerate-message is not supported: send a new message instead"));
     }
@@ -97,9 +104,9 @@ pub async fn chat(
         let last = body.messages.iter().rev().find(|m| m.role == UiRole::Assistant);
         let message_id = body.message_id.clone().or_else(|| last.map(|m| m.id.clone())).filter(|id| !id.is_empty());
         let known = last.map(|m| tool_parts(m).map(|p| p.id.to_string()).collect()).unwrap_or_default();
-        AiSdkEncoder::continuing(message_id, known)
+        AiSdkEncoder::continuing(version, message_id, known)
     } else {
-        AiSdkEncoder::default()
+        AiSdkEncoder::new(version)
     };
     let follower = state.sessions.follow_started(proceeded.started).await;
     Ok(stream::stream(&state, principal, body.id, follower, Box::new(encoder)))
@@ -110,14 +117,27 @@ pub async fn reconnect(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let version = client_version(&headers)?;
     let view = state.sessions.get(&principal, &id).await?;
     if !view.session.status().is_active() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     // The running turn (or its continuation) is replayed from its `start`.
     let follower = state.sessions.follow(&principal, &id, view.turn_start_seq).await?;
-    Ok(stream::stream(&state, principal, id, follower, Box::new(AiSdkEncoder::default())))
+    Ok(stream::stream(&state, principal, id, follower, Box::new(AiSdkEncoder::new(version))))
+}
+
+/// The `ai` version the request's `X-AI-SDK-Version` header names (ai@6's
+/// stream when it has none); a value that is no version is a 400.
+pub fn client_version(headers: &HeaderMap) -> Result<AiSdkVersion, ApiError> {
+    let Some(value) = headers.get(VERSION_HEADER) else { return Ok(AiSdkVersion::default()) };
+    value
+        .to_str()
+        .ok()
+        .and_then(AiSdkVersion::from_header)
+        .ok_or_else(|| ApiError::bad_request(format!("{VERSION_HEADER} must be the ai package's version, such as 7")))
 }
 
 impl Conversation for ChatBody {

@@ -281,6 +281,10 @@ async fn bad_chat_requests_get_clear_errors_and_change_nothing() {
     assert!(body["error"]["message"].as_str().unwrap().contains("messages"), "{body}");
     let refused = chat(json!({"id": "c1", "messages": [user("hi")], "trigger": "regenerate-message"})).await;
     assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
+    let versioned = app.client.post(app.url("/v1/ai-sdk/chat")).bearer_auth(token).header("x-ai-sdk-version", "seven");
+    let refused = versioned.json(&json!({"id": "c1", "messages": [user("hi")]})).send().await.unwrap();
+    let body = assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("x-ai-sdk-version"), "{body}");
     let refused = chat(json!({"id": "c1", "messages": [user("hi")], "model": "gpt-9"})).await;
     assert_error(refused, StatusCode::BAD_REQUEST, "unknown_model").await;
     let refused = chat(json!({"id": "c1", "messages": []})).await;
