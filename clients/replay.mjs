@@ -10,12 +10,14 @@
 //        swapped for a GET of the url): its schema checks, `verifyEvents` and
 //        `defaultApplyEvents` apply. Output {"events", "messages", "warnings",
 //        "failure"}.
-//      | {"dialect": "ai-sdk"}: the `ai` package's `parseJsonEventStream` with
-//        `uiMessageChunkSchema` and `readUIMessageStream` (the reducer under
-//        `useChat`). Output {"message", "failure"}.
+//      | {"dialect": "ai-sdk", "ai": 6|7, "headers": {...}}: the `ai` package's
+//        (ai@6 or ai@7: the aliases ai6 and ai7; default 6)
+//        `parseJsonEventStream` with `uiMessageChunkSchema` and
+//        `readUIMessageStream` (the reducer under `useChat`); `headers` go
+//        with the GET besides the token (`X-AI-SDK-Version: 7`). Output
+//        {"message", "failure"}.
 // Exit 0 when the client accepted the whole stream, 1 otherwise.
 import { HttpAgent } from '@ag-ui/client';
-import { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } from 'ai';
 
 const [url, inputText] = process.argv.slice(2);
 if (!url || !inputText) {
@@ -41,7 +43,10 @@ async function agUi() {
 }
 
 async function aiSdk() {
-  const response = await fetch(url, { headers: { Authorization: authorization } });
+  const version = input.ai ?? 6;
+  if (version !== 6 && version !== 7) throw new Error(`unknown ai version ${version}: 6 or 7`);
+  const { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } = await import(`ai${version}`);
+  const response = await fetch(url, { headers: { ...(input.headers ?? {}), Authorization: authorization } });
   const chunks = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema }).pipeThrough(
     new TransformStream({
       transform(chunk, controller) {

@@ -9,6 +9,12 @@
 //!
 //! A session id belongs to the tenant: an id another subject already uses
 //! is a 404, like every session the caller may not see.
+//!
+//! Tools the client's messages show that are no server tool are the
+//! client's own (an AI SDK app may declare them only in its UI): each
+//! request's are remembered on the session as frontend tools, committed
+//! with the turn it starts or resumes, so the model is offered them from
+//! then on.
 
 use super::ApiError;
 use crate::{
@@ -34,6 +40,18 @@ pub trait Conversation {
 
     /// The answers to the pending calls and approvals of `session`'s paused turn.
     fn answers(&self, session: &Session) -> Result<Answers, ApiError>;
+
+    /// Checks that a regeneration request regenerates `session`'s last
+    /// answer. Dialects without one refuse it.
+    fn regenerates(&self, _session: &Session) -> Result<(), ApiError> {
+        Err(ApiError::bad_request("this chat cannot regenerate an answer"))
+    }
+
+    /// The names of the tools the conversation's tool calls name (server
+    /// tools among them: [`proceed`] keeps the client's). None by default.
+    fn tool_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a request did to its chat.
@@ -69,18 +87,23 @@ pub async fn proceed(
     conversation: &impl Conversation,
 ) -> Result<Proceeded, ApiError> {
     let id = conversation.chat_id();
+    let client_tools = client_tools(state, conversation);
     match state.sessions.load_for_command(principal, id).await {
-        Ok(loaded) if loaded.session().status() == Status::AwaitingClient => {
+        Ok(mut loaded) if loaded.session().status() == Status::AwaitingClient => {
             let resume = conversation.answers(loaded.session())?;
+            loaded.learn_client_tools(&client_tools)?;
             let started = state.sessions.resume_on(loaded, resume).await?;
             Ok(Proceeded { started, resumed: true })
         }
-        Ok(loaded) => {
+        Ok(mut loaded) => {
             let Some((message, _)) = conversation.turn() else {
                 return Err(ApiError::conflict(
                     "nothing waits for this request: the last message must be the user's text",
                 ));
             };
+            if !loaded.session().status().is_active() {
+                loaded.learn_client_tools(&client_tools)?;
+            }
             let started = state.sessions.start_turn_on(loaded, message).await?;
             Ok(Proceeded { started, resumed: false })
         }
@@ -88,7 +111,8 @@ pub async fn proceed(
             let Some((message, history)) = conversation.turn() else {
                 return Err(ApiError::bad_request("a new chat needs the user's text as its last message"));
             };
-            let new = NewSession { id: Some(id.to_string()), ..new };
+            let mut new = NewSession { id: Some(id.to_string()), ..new };
+            new.options.learn_client_tools(&client_tools);
             match state.sessions.start_conversation(principal, new, history, message).await {
                 Ok(started) => Ok(Proceeded { started, resumed: false }),
                 // Taken: by a concurrent request of the caller's (409), or
@@ -102,6 +126,40 @@ pub async fn proceed(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Drops the last answer of the conversation's chat and answers its user
+/// message again (the AI SDK's `regenerate()`), remembering the client's
+/// tools as [`proceed`] does. The chat must exist (a 404 otherwise, as for
+/// a chat the caller may not see) and the request must regenerate its last
+/// answer ([`Conversation::regenerates`]); a turn that runs or waits is a
+/// 409, a chat without a turn a 400 (see [`Session::regenerate`]).
+pub async fn regenerate(
+    state: &AppState,
+    principal: &Principal,
+    conversation: &impl Conversation,
+) -> Result<Started, ApiError> {
+    let client_tools = client_tools(state, conversation);
+    let mut loaded = state.sessions.load_for_command(principal, conversation.chat_id()).await?;
+    conversation.regenerates(loaded.session())?;
+    if !loaded.session().status().is_active() {
+        loaded.learn_client_tools(&client_tools)?;
+    }
+    Ok(state.sessions.regenerate_on(loaded).await?)
+}
+
+/// The tools of the conversation that are the client's: no server tool
+/// (nor the `agent` tool), and a name a model API accepts.
+fn client_tools(state: &AppState, conversation: &impl Conversation) -> Vec<String> {
+    let mut names = conversation.tool_names();
+    names.retain(|name| is_tool_name(name) && state.config.tool(name).is_none() && name != "agent");
+    names
+}
+
+/// 1 to 64 letters, digits, `_` or `-`: what OpenAI's and Anthropic's
+/// APIs take as a tool name.
+fn is_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// The conflict of a request that does not answer what a paused turn waits

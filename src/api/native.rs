@@ -16,7 +16,7 @@ use crate::{
     auth::Principal,
     domain::{Answers, ApprovalMode, Decision, FrontendTool, PermissionRules, RelayDecision, SessionOptions},
     error::ApiError,
-    protocol::{Encoder, FORMATS, encoder_for},
+    protocol::{Encoder, FORMATS, ai_sdk::AiSdkEncoder, encoder_for},
     providers::{ChatMessage, Role},
     sessions::{NewSession, SessionView},
 };
@@ -84,8 +84,13 @@ pub struct EventsQuery {
 }
 
 /// The encoder `?format=` names; 400 listing the known ones otherwise.
-fn encoder(state: &AppState, format: Option<&str>) -> Result<Box<dyn Encoder>, ApiError> {
+/// `ai-sdk` is encoded for the `ai` version the request's headers name
+/// (see [`super::ai_sdk::client_version`]).
+fn encoder(state: &AppState, format: Option<&str>, headers: &HeaderMap) -> Result<Box<dyn Encoder>, ApiError> {
     let name = format.unwrap_or("native");
+    if name == "ai-sdk" {
+        return Ok(Box::new(AiSdkEncoder::new(super::ai_sdk::client_version(headers)?)));
+    }
     encoder_for(name, &state.model_limits)
         .ok_or_else(|| ApiError::bad_request(format!("unknown format {name:?}; known: {}", FORMATS.join(", "))))
 }
@@ -107,7 +112,7 @@ pub async fn events(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
         None => query.after.unwrap_or(0),
     };
-    let encoder = encoder(&state, query.format.as_deref())?;
+    let encoder = encoder(&state, query.format.as_deref(), &headers)?;
     let follower = if encoder.wants_turn_context() {
         state.sessions.follow_in_turn(&principal, &id, after).await?
     } else {
@@ -133,9 +138,10 @@ pub async fn send_message(
     principal: Principal,
     Path(id): Path<String>,
     Query(query): Query<FormatQuery>,
+    headers: HeaderMap,
     Json(body): Json<SendMessage>,
 ) -> Result<Response, ApiError> {
-    let encoder = encoder(&state, query.format.as_deref())?;
+    let encoder = encoder(&state, query.format.as_deref(), &headers)?;
     let started = state.sessions.start_turn(&principal, &id, ChatMessage::text(Role::User, body.content)).await?;
     let follower = state.sessions.follow_started(started).await;
     Ok(stream::stream(&state, principal, id, follower, encoder))
@@ -174,9 +180,10 @@ pub async fn tool_results(
     principal: Principal,
     Path(id): Path<String>,
     Query(query): Query<FormatQuery>,
+    headers: HeaderMap,
     Json(body): Json<ToolResults>,
 ) -> Result<Response, ApiError> {
-    let encoder = encoder(&state, query.format.as_deref())?;
+    let encoder = encoder(&state, query.format.as_deref(), &headers)?;
     let outputs = body.results.into_iter().map(|r| (r.tool_call_id, r.output)).collect();
     let decisions = body
         .decisions

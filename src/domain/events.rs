@@ -117,6 +117,14 @@ pub enum EventKind {
         usage: Usage,
         total: Usage,
     },
+    /// The client asked for the last answer again (the AI SDK's
+    /// `regenerate()`): the `messages` assistant and tool messages that
+    /// answered turn `turn` left the conversation. It follows the
+    /// `turn_started` of the turn that answers the same user message again.
+    AnswerDropped {
+        turn: u32,
+        messages: usize,
+    },
     /// After a takeover: the partial output of `step` is void and is generated again.
     StepRestarted {
         step: u32,
@@ -169,6 +177,7 @@ impl EventKind {
             Self::Paused { .. } => "paused",
             Self::Resumed { .. } => "resumed",
             Self::Usage { .. } => "usage",
+            Self::AnswerDropped { .. } => "answer_dropped",
             Self::StepRestarted { .. } => "step_restarted",
             Self::CompactionStarted { .. } => "compaction_started",
             Self::CompactionDone { .. } => "compaction_done",

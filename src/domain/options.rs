@@ -29,10 +29,47 @@ pub struct SessionOptions {
     /// `medium`, `high`, …); `None` leaves it to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// A call to a tool that is neither a server tool nor a frontend tool
+    /// is the client's to run (the turn pauses on it), not an error the
+    /// model sees: for clients that may declare their tools only in their
+    /// UI (the AI SDK's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undeclared_tools_are_client: bool,
     /// An investigation (Holmes' seed-001 `/api/investigate`): the sections
     /// its answer fills, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub investigation: Option<Vec<Section>>,
+}
+
+/// Most frontend tools (declared ones included) a session's list grows to
+/// by remembering tools from the client's messages: they are offered to the
+/// model on every call, so a client must not grow the list without bound.
+pub const MAX_LEARNED_TOOLS: usize = 32;
+
+/// What the model is told of a tool learned from the client's messages.
+const LEARNED_DESCRIPTION: &str = "A tool the user's application runs. Its description is not known here; \
+     use it as the conversation has used it.";
+
+impl SessionOptions {
+    /// Adds the tools `names` as pause-mode frontend tools known only by
+    /// their names (for a client that runs tools it never declared: the AI
+    /// SDK's, whose apps may declare client tools only in their UI). Names
+    /// already known are skipped; the list stops growing at
+    /// [`MAX_LEARNED_TOOLS`]. Returns how many were added. Which names are
+    /// the client's (no server tool, a name a model accepts) is the
+    /// caller's to decide.
+    pub fn learn_client_tools(&mut self, names: &[String]) -> usize {
+        let before = self.frontend_tools.len();
+        for name in names {
+            if self.frontend_tools.len() >= MAX_LEARNED_TOOLS {
+                break;
+            }
+            if !self.frontend_tools.iter().any(|t| t.name == *name) {
+                self.frontend_tools.push(FrontendTool::learned(name));
+            }
+        }
+        self.frontend_tools.len() - before
+    }
 }
 
 /// One section an investigation's answer fills.
@@ -67,6 +104,20 @@ pub struct FrontendTool {
     pub mode: FrontendMode,
     #[serde(default)]
     pub noop_response: Option<String>,
+}
+
+impl FrontendTool {
+    /// A tool known only by its name, from the client's messages: the model
+    /// gets no description of its own and may pass any object as arguments.
+    pub fn learned(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            description: LEARNED_DESCRIPTION.to_string(),
+            parameters: None,
+            mode: FrontendMode::Pause,
+            noop_response: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! idle | completed | failed | cancelled ──start_turn──▶ running
+//! completed | failed | cancelled ──regenerate (the last answer dropped)──▶ running
 //! running ──complete_step (asks, relay mode)──▶ awaiting_relay ──decide_relay / time_out_relays──▶ running
 //! running ──pause──▶ awaiting_client ──resume──▶ running
 //! running ──end──▶ completed      active ──fail──▶ failed      active | awaiting_client ──cancel──▶ cancelled
@@ -18,8 +19,8 @@
 //!
 //! The conversation is append-only: [`Session::conversation_change`] says
 //! what to write since the last save (new messages, or after a compaction
-//! the whole rewritten history), so a checkpoint's cost does not grow with
-//! the conversation.
+//! or a regenerated answer the whole rewritten history), so a checkpoint's
+//! cost does not grow with the conversation.
 
 use serde::{Deserialize, Serialize};
 
@@ -385,6 +386,7 @@ impl Session {
     }
 }
 
+mod chat;
 mod transitions;
 mod turn;
 

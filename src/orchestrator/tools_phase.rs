@@ -79,6 +79,9 @@ pub(super) async fn plan(
                     CallDecision::Ask { relay_id }
                 }
             }
+        } else if options.undeclared_tools_are_client {
+            // Its client may declare tools only in its UI: the call is the client's.
+            CallDecision::Client
         } else {
             let outcome = ToolOutcome::error(format!("there is no tool named {:?}", call.name));
             CallDecision::Answer { outcome, announce: false }

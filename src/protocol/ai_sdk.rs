@@ -1,7 +1,12 @@
 //! The Vercel AI SDK UI message stream, protocol v1 (PROTOCOLS.md §5), as
-//! the npm `ai` package's `DefaultChatTransport` and `useChat` read it:
-//! `data: <chunk>` frames (with our `id: <seq>`), closed by `data: [DONE]`,
-//! with the `x-vercel-ai-ui-message-stream: v1` header.
+//! the npm `ai` package's `DefaultChatTransport` and `useChat` read it, in
+//! ai@6 and ai@7: `data: <chunk>` frames (with our `id: <seq>`), closed by
+//! `data: [DONE]`, with the `x-vercel-ai-ui-message-stream: v1` header
+//! (ai@7 keeps `v1`). Both read the same chunks; ai@7 adds some, of which
+//! this encoder uses one, `reset-step`, for a step a takeover cut short
+//! ([`AiSdkVersion`]). A request does not say which version sent it: ai@7
+//! apps say so with `X-AI-SDK-Version: 7` ([`VERSION_HEADER`]); without it
+//! a stream is what ai@6 reads (which ai@7 reads too).
 //!
 //! | canonical event | chunks |
 //! |---|---|
@@ -15,7 +20,9 @@
 //! | `paused` | `finish-step`, `finish {finishReason: "tool-calls"}`: the client answers with its tool outputs and approval responses |
 //! | `error` | `error {errorText}` |
 //! | `turn_ended` | `finish-step`, `finish {finishReason: stop, length (iteration limit) or error, messageMetadata: {usage}}`; `abort` when cancelled |
-//! | `step_restarted` (takeover) | `text-end` / `reasoning-end` for open parts, `tool-input-error` for the cut step's calls, `data-step-restarted {id, data: {step}}`, `finish-step`: the parts of that step are void |
+//! | `step_restarted` (takeover), ai@6 | `text-end` / `reasoning-end` for open parts, `tool-input-error` for the cut step's calls, `data-step-restarted {id, data: {step}}`, `finish-step`: the parts of that step are void |
+//! | `step_restarted` (takeover), ai@7 | `reset-step`: the client removes the step's parts (open ones included); the step goes on with the regenerated output |
+//! | `answer_dropped` (a regenerated answer) | nothing: the client dropped its message itself; the turn's stream is a new message |
 //!
 //! The client's reducer is strict, so the encoder keeps its rules: a text
 //! or reasoning part is closed before `finish-step`; no output, denial or
@@ -29,7 +36,7 @@
 //! Not shown: compaction, and subagents' own events (the parent's `agent`
 //! call and its output stand for them).
 //!
-//! After a takeover the client cannot be told to drop what it has: the
+//! After a takeover an ai@6 client cannot be told to drop what it has: its
 //! `ai` reducer (`processUIMessageStream`, under `useChat` and
 //! `readUIMessageStream`) only appends parts, a new `text-start` id makes a
 //! new part, `start` resets the message only on a resumed stream and only
@@ -40,7 +47,9 @@
 //! frontend shows the message without the parts of a step that ends with
 //! one ([`live_parts`]: the parts from the `step-start` before the marker
 //! up to it). The regenerated step is a step of its own, with new part ids.
-//! `onData` sees the marker as it arrives.
+//! `onData` sees the marker as it arrives. ai@7's reducer takes `reset-step`
+//! (it removes the parts since the last `step-start`), so an ai@7 client is
+//! sent that instead, and its message holds the answer once.
 
 use std::collections::HashSet;
 
@@ -51,6 +60,33 @@ use crate::domain::{ToolStatus, Usage};
 
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
+/// The request header in which an app names the major version of its `ai`
+/// package (`7`, or a version such as `7.0.173`): ours, as the SDK's
+/// transport sends nothing that tells it. Set with the transport's
+/// `headers` option, it goes with every POST and reconnect.
+pub const VERSION_HEADER: &str = "x-ai-sdk-version";
+
+/// The `ai` version a stream is encoded for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AiSdkVersion {
+    /// ai@6, and any client that does not say: no chunk ai@6 lacks.
+    #[default]
+    V6,
+    /// ai@7 or later: `reset-step` for a step cut short.
+    V7,
+}
+
+impl AiSdkVersion {
+    /// From [`VERSION_HEADER`]'s value: a major version (`7`, `v7`,
+    /// `7.0.173`); below 7 is [`AiSdkVersion::V6`]. `None` for anything else.
+    pub fn from_header(value: &str) -> Option<Self> {
+        let value = value.trim();
+        let value = value.strip_prefix(['v', 'V']).unwrap_or(value);
+        let major: u32 = value.split('.').next()?.parse().ok()?;
+        Some(if major >= 7 { Self::V7 } else { Self::V6 })
+    }
+}
+
 /// The error text of a call whose step was cut by a takeover.
 const VOID_CALL: &str = "not made: the step was generated again after a takeover";
 
@@ -59,6 +95,7 @@ pub const STEP_RESTARTED_PART: &str = "data-step-restarted";
 
 #[derive(Default)]
 pub struct AiSdkEncoder {
+    version: AiSdkVersion,
     /// For `start`: given for a continuation, else `<session>-<turn>` once
     /// the first event names the turn.
     message_id: Option<String>,
@@ -86,10 +123,15 @@ pub struct AiSdkEncoder {
 }
 
 impl AiSdkEncoder {
+    /// A stream for a client of `version` that starts a new message.
+    pub fn new(version: AiSdkVersion) -> Self {
+        Self { version, ..Self::default() }
+    }
+
     /// A stream that answers in the assistant message `message_id` the
     /// client already holds, with its tool calls `known_calls`.
-    pub fn continuing(message_id: Option<String>, known_calls: HashSet<String>) -> Self {
-        Self { message_id, known_calls, ..Self::default() }
+    pub fn continuing(version: AiSdkVersion, message_id: Option<String>, known_calls: HashSet<String>) -> Self {
+        Self { version, message_id, known_calls, ..Self::default() }
     }
 
     fn holds(&self, call: &str) -> bool {
@@ -227,6 +269,17 @@ impl AiSdkEncoder {
                 self.finish_step(out);
                 out.push(json!({"type": "finish", "finishReason": "tool-calls"}));
             }
+            EventKind::StepRestarted { .. } if self.version == AiSdkVersion::V7 => {
+                // A step of its own when this stream saw none of the cut
+                // step's output: a reset must not take the step before.
+                self.open_step(out);
+                self.text = None;
+                self.reasoning = None;
+                for (id, ..) in std::mem::take(&mut self.calls) {
+                    self.announced.remove(&id);
+                }
+                out.push(json!({"type": "reset-step"}));
+            }
             EventKind::StepRestarted { step, .. } => {
                 // The marker closes a step of its own even when this stream
                 // saw none of the cut step's output.
@@ -264,7 +317,9 @@ impl AiSdkEncoder {
                 }
                 out.push(finish);
             }
-            EventKind::CompactionStarted { .. } | EventKind::CompactionDone { .. } => {}
+            EventKind::CompactionStarted { .. }
+            | EventKind::CompactionDone { .. }
+            | EventKind::AnswerDropped { .. } => {}
         }
     }
 }

@@ -200,7 +200,8 @@ impl Encoder for CosmoEncoder {
             | EventKind::RelayDecided { .. }
             | EventKind::Resumed { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => Vec::new(),
+            | EventKind::CompactionDone { .. }
+            | EventKind::AnswerDropped { .. } => Vec::new(),
         }
     }
 

@@ -242,7 +242,8 @@ impl Encoder for ZotEncoder {
             EventKind::ToolCall { .. }
             | EventKind::Resumed { .. }
             | EventKind::RelayDecided { .. }
-            | EventKind::CompactionStarted { .. } => {}
+            | EventKind::CompactionStarted { .. }
+            | EventKind::AnswerDropped { .. } => {}
         }
         out
     }

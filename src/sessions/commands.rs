@@ -1,10 +1,10 @@
 //! Commands that change a session from outside its turn: a new message, a
-//! resume after a pause, a permission decision, a cancel. Each is accepted
-//! on any replica. A new message and a resume are one commit fenced by the
-//! session as it was read: of two racing commands exactly one wins and the
-//! other gets a conflict. A decision and a cancel of a running turn are left
-//! in the session's inbox for its owner, who takes them up in its next
-//! commit.
+//! resume after a pause, a regenerated answer, a permission decision, a
+//! cancel. Each is accepted on any replica. A new message, a resume and a
+//! regeneration are one commit fenced by the session as it was read: of
+//! two racing commands exactly one wins and the other gets a conflict. A
+//! decision and a cancel of a running turn are left in the session's inbox
+//! for its owner, who takes them up in its next commit.
 
 use super::{SessionError, Sessions, Started, fence_of, ownership};
 use crate::{
@@ -29,6 +29,13 @@ pub struct Loaded {
 impl Loaded {
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// Remembers tools the client runs that its messages show
+    /// ([`Session::learn_client_tools`]) in the session as read: the
+    /// command taken on it next commits them with its own change.
+    pub fn learn_client_tools(&mut self, names: &[String]) -> Result<usize, SessionError> {
+        Ok(self.session.learn_client_tools(names)?)
     }
 }
 
@@ -62,6 +69,16 @@ impl Sessions {
         let Loaded { key, record, mut session } = loaded;
         let earlier = session.trace_parent().map(str::to_string);
         let events = session.start_turn(message, self.request_trace())?;
+        self.activate(&key, Some(&record), session, events, earlier).await
+    }
+
+    /// Drops the last answer of a session the caller has read and answers
+    /// its user message again, on this replica ([`Session::regenerate`]):
+    /// the rewritten conversation and the new turn's start are one commit.
+    pub async fn regenerate_on(&self, loaded: Loaded) -> Result<Started, SessionError> {
+        let Loaded { key, record, mut session } = loaded;
+        let earlier = session.trace_parent().map(str::to_string);
+        let events = session.regenerate(self.request_trace())?;
         self.activate(&key, Some(&record), session, events, earlier).await
     }
 

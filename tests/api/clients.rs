@@ -1,23 +1,21 @@
-//! The real clients against running replicas: the npm `ai` package's chat
-//! client (`AbstractChat` + `DefaultChatTransport`, what `useChat` runs) on
-//! `/v1/ai-sdk/chat`, and `@ag-ui/client`'s `HttpAgent` on `/v1/ag-ui`,
-//! driven by the scripts in `clients/` (`scripts/test` installs their
-//! pinned packages with `npm ci`). Each client parses and checks every
-//! frame with its own schema and ordering rules, so a stream it accepts is
-//! one a real frontend accepts.
+//! The real clients against running replicas: `@ag-ui/client`'s
+//! `HttpAgent` on `/v1/ag-ui` here, the npm `ai` package's chat client
+//! (ai@6 and ai@7) in `ai_sdk_clients.rs`, both driven by the scripts in
+//! `clients/` (`scripts/test` installs their pinned packages with
+//! `npm ci`, through `scripts/ensure-clients.sh`). Each client parses and
+//! checks every frame with its own schema and ordering rules, so a stream
+//! it accepts is one a real frontend accepts. Bad chat requests of both
+//! dialects are here too.
 
-use std::{path::PathBuf, process::Stdio, sync::Arc, time::Duration};
+use std::{path::PathBuf, process::Stdio, time::Duration};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use switchboard::sessions::TurnRunner;
-
 use crate::{
-    helpers::{TestApp, assert_error, spawn_replicas},
-    metrics::gauge_reaches,
-    orchestrator::{World, tool_messages, world},
-    support::{mock_upstream::Reply, runner::ScriptedRunner},
+    helpers::assert_error,
+    orchestrator::{World, world},
+    support::mock_upstream::Reply,
 };
 
 /// How long one client script may take.
@@ -29,7 +27,7 @@ pub async fn run_client(script: &str, url: &str, token: &str, input: &Value) -> 
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
     assert!(
         dir.join("node_modules").is_dir(),
-        "the npm clients are not installed: run scripts/test, or `npm ci --prefix clients`"
+        "the npm clients are not installed: run scripts/test, or scripts/ensure-clients.sh"
     );
     let child = tokio::process::Command::new("node")
         .arg(dir.join(script))
@@ -51,127 +49,6 @@ pub async fn run_client(script: &str, url: &str, token: &str, input: &Value) -> 
         eprintln!("{script} stderr: {}", String::from_utf8_lossy(&output.stderr));
     }
     (output.status.success(), json)
-}
-
-fn ai_sdk_url(app: &TestApp) -> String {
-    app.url("/v1/ai-sdk/chat")
-}
-
-const CHART: &str = r#"{"name": "render_chart", "description": "Draw a chart", "mode": "pause"}"#;
-
-/// The parts of `message` of the given type.
-fn parts<'a>(message: &'a Value, kind: &str) -> Vec<&'a Value> {
-    message["parts"].as_array().unwrap().iter().filter(|p| p["type"] == kind).collect()
-}
-
-fn text(message: &Value) -> String {
-    parts(message, "text").iter().map(|p| p["text"].as_str().unwrap()).collect()
-}
-
-/// Every POST answered 200 with the stream header and ended with `[DONE]`,
-/// and every text part was closed (`state: "done"`, not left streaming).
-fn assert_framing(output: &Value) {
-    for message in output["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "assistant") {
-        for part in parts(message, "text").into_iter().chain(parts(message, "reasoning")) {
-            assert_eq!(part["state"], "done", "{message}");
-        }
-    }
-    for exchange in output["exchanges"].as_array().unwrap() {
-        if exchange["method"] == "POST" {
-            assert_eq!(exchange["status"], 200, "{exchange}");
-            assert_eq!(exchange["streamHeader"], "v1", "{exchange}");
-            assert!(exchange["contentType"].as_str().unwrap().starts_with("text/event-stream"));
-            assert!(exchange["body"].as_str().unwrap().ends_with("data: [DONE]\n\n"), "{exchange}");
-        }
-    }
-}
-
-#[tokio::test]
-async fn the_ai_sdk_chat_client_holds_a_conversation_with_a_server_tool_an_approval_and_a_frontend_tool() {
-    let w = world(2, |_| {}).await;
-    let chat_id = format!("chat-{}", uuid::Uuid::new_v4().simple());
-    let body = json!({"model": "mock", "frontend_tools": [serde_json::from_str::<Value>(CHART).unwrap()]});
-    // A server tool, then an approval that pauses the turn, on replica A.
-    w.upstream.push(Reply::new().text(["Checking."]).tool_call("call_l", "lookup", [r#"{"id":"#, r#""42"}"#]));
-    w.upstream.push(Reply::new().text(["Order 42 ships today."]));
-    w.upstream.push(Reply::new().tool_call("call_r", "refund", [r#"{"order":"42"}"#]));
-    let script =
-        json!({"chatId": chat_id, "body": body, "steps": [{"send": "where is order 42?"}, {"send": "refund it"}]});
-    let (ok, first) = run_client("ai-sdk-chat.mjs", &ai_sdk_url(&w.apps[0]), &w.token, &script).await;
-    assert!(ok, "{first}");
-    assert_framing(&first);
-    let messages = first["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 4);
-    assert_eq!(messages[1]["id"], format!("{chat_id}-1"), "the assistant message is named by the turn");
-    assert_eq!(text(&messages[1]), "Checking.Order 42 ships today.");
-    let lookup = parts(&messages[1], "tool-lookup");
-    assert_eq!((lookup[0]["state"].as_str(), &lookup[0]["input"]), (Some("output-available"), &json!({"id": "42"})));
-    let refund = parts(&messages[3], "tool-refund");
-    assert_eq!(refund[0]["state"], "approval-requested");
-    assert_eq!(w.tools.calls("refund"), 0);
-
-    // The same chat, answered from replica B: approve, then a frontend tool.
-    w.upstream.push(Reply::new().text(["Refunded."]));
-    w.upstream.push(Reply::new().tool_call("call_c", "render_chart", [r#"{"metric":"refunds"}"#]));
-    w.upstream.push(Reply::new().text(["Here is the chart."]));
-    let script = json!({"chatId": chat_id, "body": body, "messages": messages, "steps": [
-        {"approve": true, "reason": "fine"},
-        {"send": "chart the refunds"},
-        {"toolOutputs": {"render_chart": {"drawn": true}}},
-    ]});
-    let (ok, second) = run_client("ai-sdk-chat.mjs", &ai_sdk_url(&w.apps[1]), &w.token, &script).await;
-    assert!(ok, "{second}");
-    assert_framing(&second);
-    let messages = second["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 6, "continuations answer in the same assistant message");
-    let refund = parts(&messages[3], "tool-refund");
-    assert_eq!(refund.len(), 1, "{}", messages[3]);
-    assert_eq!(refund[0]["state"], "output-available");
-    assert_eq!(refund[0]["approval"]["approved"], true);
-    assert_eq!(text(&messages[3]), "Refunded.");
-    let chart = parts(&messages[5], "tool-render_chart");
-    assert_eq!((chart.len(), chart[0]["state"].as_str()), (1, Some("output-available")));
-    assert_eq!(text(&messages[5]), "Here is the chart.");
-    assert_eq!((w.tools.calls("lookup"), w.tools.calls("refund")), (1, 1));
-    // The model saw the client's output as the tool result.
-    let last = w.upstream.requests().last().unwrap().body.clone();
-    assert!(tool_messages(&last).iter().any(|m| m["content"] == r#"{"drawn":true}"#), "{last}");
-}
-
-#[tokio::test]
-async fn the_ai_sdk_client_resumes_a_running_turn_on_another_replica_from_its_start() {
-    // The turn appends a delta per permit the test releases: it stays
-    // running until the reconnecting client is there.
-    let runner = ScriptedRunner::new();
-    let apps = spawn_replicas(2, |o| o.runner = Some(runner.clone() as Arc<dyn TurnRunner>)).await;
-    let token = apps[0].token("acme", "alice");
-    let chat_id = format!("chat-{}", uuid::Uuid::new_v4().simple());
-    let user = json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "gated 3"}]});
-    let body = json!({"id": chat_id, "messages": [user], "trigger": "submit-message", "model": "demo"});
-    // The first client drops the stream after its first bytes (a reload).
-    let mut dropped = apps[0].post_json("/v1/ai-sdk/chat", Some(&token), &body).await;
-    assert_eq!(dropped.status(), StatusCode::OK);
-    dropped.chunk().await.unwrap().expect("the stream started");
-    drop(dropped);
-
-    let script = json!({"chatId": chat_id, "body": {"model": "demo"}, "messages": [user], "steps": [{"resume": true}]});
-    let client = tokio::spawn({
-        let (url, token) = (ai_sdk_url(&apps[1]), token.clone());
-        async move { run_client("ai-sdk-chat.mjs", &url, &token, &script).await }
-    });
-    gauge_reaches(&apps[1], "switchboard_open_streams", &[("dialect", "ai-sdk")], 1.0).await;
-    runner.release(3);
-    let (ok, resumed) = client.await.unwrap();
-    assert!(ok, "{resumed}");
-    let exchange = &resumed["exchanges"][0];
-    assert_eq!((exchange["method"].as_str(), exchange["status"].as_u64()), (Some("GET"), Some(200)));
-    let messages = resumed["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 2);
-    assert_eq!(text(&messages[1]), "d1 d2 d3 ", "the whole answer, from its start");
-
-    // Nothing runs any more: a reconnect is a 204.
-    let again = apps[0].get(&format!("/v1/ai-sdk/chat/{chat_id}/stream"), Some(&token)).await;
-    assert_eq!(again.status(), StatusCode::NO_CONTENT);
 }
 
 async fn ag_ui(w: &World, on: usize, script: &Value) -> (bool, Value) {
@@ -279,8 +156,14 @@ async fn bad_chat_requests_get_clear_errors_and_change_nothing() {
     let refused = chat(json!({"id": "c1", "messages": "hi"})).await;
     let body = assert_error(refused, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed").await;
     assert!(body["error"]["message"].as_str().unwrap().contains("messages"), "{body}");
+    // Nothing to regenerate in a chat that does not exist (as in one the
+    // caller may not see).
     let refused = chat(json!({"id": "c1", "messages": [user("hi")], "trigger": "regenerate-message"})).await;
-    assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert_error(refused, StatusCode::NOT_FOUND, "not_found").await;
+    let versioned = app.client.post(app.url("/v1/ai-sdk/chat")).bearer_auth(token).header("x-ai-sdk-version", "seven");
+    let refused = versioned.json(&json!({"id": "c1", "messages": [user("hi")]})).send().await.unwrap();
+    let body = assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("x-ai-sdk-version"), "{body}");
     let refused = chat(json!({"id": "c1", "messages": [user("hi")], "model": "gpt-9"})).await;
     assert_error(refused, StatusCode::BAD_REQUEST, "unknown_model").await;
     let refused = chat(json!({"id": "c1", "messages": []})).await;

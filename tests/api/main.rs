@@ -7,6 +7,8 @@ mod sse;
 mod support;
 
 mod access;
+mod ai_sdk_clients;
+mod ai_sdk_regenerate;
 mod auth;
 mod auth_keys;
 mod clients;

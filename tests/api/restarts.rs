@@ -2,9 +2,9 @@
 //! words of its answer and dies; B takes the session over, says
 //! `step_restarted` and generates the step again. Each `?format=` replay of
 //! the whole log, read as that dialect's client reads it, must end with the
-//! answer once. AG-UI and the AI SDK are read by their real npm clients
-//! (`clients/replay.mjs`); the others by small reducers that do what each
-//! dialect's documentation tells its clients to do.
+//! answer once. AG-UI and the AI SDK (ai@6 and ai@7) are read by their real
+//! npm clients (`clients/replay.mjs`); the others by small reducers that do
+//! what each dialect's documentation tells its clients to do.
 
 use serde_json::{Value, json};
 use switchboard::protocol::ai_sdk::live_parts;
@@ -140,19 +140,30 @@ async fn after_a_takeover_mid_step_the_real_ag_ui_and_ai_sdk_clients_end_with_th
     assert_eq!(messages, [("user", "go"), ("assistant", ANSWER)], "{out}");
     assert_eq!(out["warnings"], json!([]));
 
-    // AI SDK: the reducer keeps the void text (nothing in the protocol
-    // takes a part back); the marker after it lets a frontend drop it.
-    let input = json!({"dialect": "ai-sdk"});
-    let (ok, out) = run_client("replay.mjs", &events_url(&w, &id, "ai-sdk"), &w.token, &input).await;
-    assert!(ok, "{out}");
-    let parts = out["message"]["parts"].as_array().unwrap();
+    // AI SDK, ai@6 (and ai@7 when it does not say it is): the reducer keeps
+    // the void text (nothing ai@6 reads takes a part back); the marker after
+    // it lets a frontend drop it.
     let text = |parts: Vec<&Value>| -> String {
         parts.iter().filter(|p| p["type"] == "text").map(|p| p["text"].as_str().unwrap()).collect()
     };
-    assert_eq!(text(parts.iter().collect()), "w1 w2 w1 w2 w3");
-    let marker = parts.iter().find(|p| p["type"] == "data-step-restarted").expect("the marker is a part");
-    assert_eq!(marker["data"], json!({"step": 1}));
-    assert_eq!(text(live_parts(parts)), ANSWER, "{out}");
+    for input in [json!({"dialect": "ai-sdk", "ai": 6}), json!({"dialect": "ai-sdk", "ai": 7})] {
+        let (ok, out) = run_client("replay.mjs", &events_url(&w, &id, "ai-sdk"), &w.token, &input).await;
+        assert!(ok, "{out}");
+        let parts = out["message"]["parts"].as_array().unwrap();
+        assert_eq!(text(parts.iter().collect()), "w1 w2 w1 w2 w3", "{input}");
+        let marker = parts.iter().find(|p| p["type"] == "data-step-restarted").expect("the marker is a part");
+        assert_eq!(marker["data"], json!({"step": 1}));
+        assert_eq!(text(live_parts(parts)), ANSWER, "{out}");
+        assert!(parts.iter().filter(|p| p["type"] == "text").all(|p| p["state"] == "done"), "{out}");
+    }
+
+    // AI SDK, ai@7 saying so: `reset-step` takes the void text back.
+    let input = json!({"dialect": "ai-sdk", "ai": 7, "headers": {"x-ai-sdk-version": "7"}});
+    let (ok, out) = run_client("replay.mjs", &events_url(&w, &id, "ai-sdk"), &w.token, &input).await;
+    assert!(ok, "{out}");
+    let parts = out["message"]["parts"].as_array().unwrap();
+    assert_eq!(text(parts.iter().collect()), ANSWER, "{out}");
+    assert!(parts.iter().all(|p| p["type"] != "data-step-restarted"), "{out}");
     assert!(parts.iter().filter(|p| p["type"] == "text").all(|p| p["state"] == "done"), "{out}");
 }
 

@@ -440,7 +440,7 @@ impl Session {
 
     // ---- helpers ----
 
-    fn become_(&mut self, status: Status) {
+    pub(super) fn become_(&mut self, status: Status) {
         self.status = status;
         self.updated_ms = now_ms();
     }

@@ -40,6 +40,8 @@ fn assert_valid(chunks: &[Value], known: &[&str]) {
             "text-delta" | "reasoning-delta" => assert!(text.contains(&id), "{chunk} outside its part"),
             "text-end" | "reasoning-end" => assert!(text.remove(&id), "{chunk} ends nothing"),
             "finish-step" => assert!(text.is_empty(), "parts {text:?} open at finish-step"),
+            // ai@7: the step's parts, open ones included, are gone.
+            "reset-step" => text.clear(),
             "tool-input-start" => {
                 calls.insert(call.clone());
                 inputs.insert(call);
@@ -156,7 +158,7 @@ fn a_pause_asks_for_approvals_and_frontend_outputs_and_finishes_with_tool_calls(
 #[test]
 fn a_continuation_answers_in_the_clients_message_without_announcing_its_calls_again() {
     let known: HashSet<String> = ["c1".to_string(), "c2".to_string()].into();
-    let mut encoder = AiSdkEncoder::continuing(Some("m-7".into()), known);
+    let mut encoder = AiSdkEncoder::continuing(AiSdkVersion::V6, Some("m-7".into()), known);
     let frames = encode_all(
         &mut encoder,
         vec![
@@ -243,6 +245,11 @@ fn reduce(chunks: &[Value]) -> Vec<Value> {
         let kind = chunk["type"].as_str().unwrap();
         match kind {
             "start-step" => parts.push(json!({"type": "step-start"})),
+            "reset-step" => {
+                let step = parts.iter().rposition(|p| p["type"] == "step-start").map_or(0, |i| i + 1);
+                parts.truncate(step);
+                text.clear();
+            }
             "text-start" => {
                 text.insert(id, parts.len());
                 parts.push(json!({"type": "text", "text": ""}));
@@ -350,4 +357,121 @@ fn a_restart_this_stream_saw_nothing_of_closes_an_empty_step() {
     assert_eq!(text_of(&live_parts(&parts)), "Found.", "the step before stays");
     let types = types(&frames);
     assert_eq!(types[types.len() - 3..], ["start-step", "data-step-restarted", "finish-step"]);
+}
+
+#[test]
+fn an_ai7_client_is_told_to_reset_the_cut_step_and_holds_the_answer_once() {
+    let mut encoder = AiSdkEncoder::new(AiSdkVersion::V7);
+    let frames = encode_all(&mut encoder, restarted_turn(1));
+    let chunks = all_data(&frames);
+    assert_valid(&chunks, &[]);
+    assert_eq!(
+        types(&frames),
+        [
+            "start",
+            "start-step",
+            "text-start",
+            "text-delta",
+            "text-delta",
+            "reset-step",
+            "text-start",
+            "text-delta",
+            "text-delta",
+            "text-delta",
+            "text-end",
+            "finish-step",
+            "finish"
+        ],
+        "no marker, no end for the void text: the reset takes it"
+    );
+    let parts = reduce(&chunks);
+    assert_eq!(text_of(&parts.iter().collect::<Vec<_>>()), RESTARTED_ANSWER, "what the reducer alone keeps");
+    assert_eq!(parts.iter().filter(|p| p["type"] == "step-start").count(), 1, "the step goes on");
+}
+
+#[test]
+fn an_ai7_reset_takes_the_calls_the_cut_step_started_and_the_regenerated_call_is_announced_again() {
+    let mut encoder = AiSdkEncoder::new(AiSdkVersion::V7);
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TurnStarted { turn: 1, model: "m".into() },
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "lookup".into() },
+            EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"id":"#.into() },
+            EventKind::StepRestarted { step: 1, replica: "b".into() },
+            EventKind::ToolCallStarted { tool_call_id: "c1".into(), name: "lookup".into() },
+            EventKind::ToolCallArgs { tool_call_id: "c1".into(), delta: r#"{"id":"7"}"#.into() },
+            call_usage(),
+        ],
+    );
+    let chunks = all_data(&frames);
+    assert_valid(&chunks, &[]);
+    assert!(chunks.iter().all(|c| c["type"] != "tool-input-error"), "nothing to void: the reset took it");
+    let starts = chunks.iter().filter(|c| c["type"] == "tool-input-start").count();
+    assert_eq!(starts, 2, "the regenerated call opens again, after the reset");
+    let parts = reduce(&chunks);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[1]["state"], "input-available");
+}
+
+#[test]
+fn a_restart_an_ai7_stream_saw_nothing_of_resets_a_step_of_its_own() {
+    let mut encoder = AiSdkEncoder::new(AiSdkVersion::V7);
+    let frames = encode_all(
+        &mut encoder,
+        vec![
+            EventKind::TextDelta { text: "Found.".into() },
+            call_usage(),
+            result("c1", "success", json!("ok")),
+            EventKind::StepRestarted { step: 2, replica: "b".into() },
+            EventKind::TextDelta { text: "Done.".into() },
+        ],
+    );
+    let chunks = all_data(&frames);
+    assert_valid(&chunks, &[]);
+    let types = types(&frames);
+    let at = types.iter().position(|t| t == "reset-step").unwrap();
+    assert_eq!(types[at - 2..at], ["finish-step", "start-step"], "the step before is closed, not reset");
+    assert_eq!(text_of(&reduce(&chunks).iter().collect::<Vec<_>>()), "Found.Done.");
+}
+
+#[test]
+fn a_regenerated_answer_is_a_new_message_named_by_its_turn_and_the_dropped_one_sends_nothing() {
+    for version in [AiSdkVersion::V6, AiSdkVersion::V7] {
+        let mut encoder = AiSdkEncoder::new(version);
+        let frames = encode_all(
+            &mut encoder,
+            vec![
+                EventKind::TurnStarted { turn: 2, model: "m".into() },
+                EventKind::AnswerDropped { turn: 1, messages: 3 },
+                EventKind::TextDelta { text: "Again.".into() },
+                call_usage(),
+                ended(TurnEndReason::Final),
+            ],
+        );
+        let chunks = all_data(&frames);
+        assert_eq!(chunks[0], json!({"type": "start", "messageId": "s1-2"}));
+        assert_eq!(
+            types(&frames),
+            ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+        );
+    }
+}
+
+#[test]
+fn the_version_header_names_the_ai_packages_major_version() {
+    for (value, version) in [
+        ("7", Some(AiSdkVersion::V7)),
+        (" v7 ", Some(AiSdkVersion::V7)),
+        ("7.0.173", Some(AiSdkVersion::V7)),
+        ("8", Some(AiSdkVersion::V7)),
+        ("6.0.326", Some(AiSdkVersion::V6)),
+        ("5", Some(AiSdkVersion::V6)),
+        ("seven", None),
+        ("", None),
+        ("-7", None),
+    ] {
+        assert_eq!(AiSdkVersion::from_header(value), version, "{value:?}");
+    }
+    assert_eq!(AiSdkVersion::default(), AiSdkVersion::V6, "a request that does not say gets what ai@6 reads");
 }

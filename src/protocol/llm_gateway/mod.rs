@@ -203,7 +203,8 @@ impl LlmGatewayEncoder {
             | EventKind::Paused { .. }
             | EventKind::StepRestarted { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => None,
+            | EventKind::CompactionDone { .. }
+            | EventKind::AnswerDropped { .. } => None,
         };
         if shown.is_some() && !main && !self.subagents.contains_key(&agent.agent_id) {
             self.subagents.insert(agent.agent_id.clone(), agent.clone());
