@@ -9,12 +9,16 @@
 //!
 //! A session id belongs to the tenant: an id another subject already uses
 //! is a 404, like every session the caller may not see.
+//!
+//! A client that declares each run (AG-UI's tools, context and state) has
+//! its run begun on the session in the commit that starts or resumes the
+//! turn, on a new chat as on a known one ([`Conversation::run_input`]).
 
 use super::ApiError;
 use crate::{
     app::AppState,
     auth::Principal,
-    domain::{Answers, ChatMessage, Session, Status},
+    domain::{Answers, ChatMessage, RunInput, Session, Status},
     error::ErrorCode,
     sessions::{NewSession, SessionError, Started},
 };
@@ -34,6 +38,20 @@ pub trait Conversation {
 
     /// The answers to the pending calls and approvals of `session`'s paused turn.
     fn answers(&self, session: &Session) -> Result<Answers, ApiError>;
+
+    /// What the request declares for its run, for a client that declares
+    /// each run; `None` leaves the session's tools, context and state as
+    /// they are.
+    fn run_input(&self) -> Option<RunInput> {
+        None
+    }
+
+    /// Whether a turn started or resumed on a known chat hands back the
+    /// conversation as committed ([`Started::conversation`]), for a dialect
+    /// that restates it to its client.
+    fn restates(&self) -> bool {
+        false
+    }
 }
 
 /// What a request did to its chat.
@@ -70,17 +88,19 @@ pub async fn proceed(
 ) -> Result<Proceeded, ApiError> {
     let id = conversation.chat_id();
     match state.sessions.load_for_command(principal, id).await {
-        Ok(loaded) if loaded.session().status() == Status::AwaitingClient => {
+        Ok(mut loaded) if loaded.session().status() == Status::AwaitingClient => {
             let resume = conversation.answers(loaded.session())?;
+            prepare(&mut loaded, conversation)?;
             let started = state.sessions.resume_on(loaded, resume).await?;
             Ok(Proceeded { started, resumed: true })
         }
-        Ok(loaded) => {
+        Ok(mut loaded) => {
             let Some((message, _)) = conversation.turn() else {
                 return Err(ApiError::conflict(
                     "nothing waits for this request: the last message must be the user's text",
                 ));
             };
+            prepare(&mut loaded, conversation)?;
             let started = state.sessions.start_turn_on(loaded, message).await?;
             Ok(Proceeded { started, resumed: false })
         }
@@ -89,7 +109,8 @@ pub async fn proceed(
                 return Err(ApiError::bad_request("a new chat needs the user's text as its last message"));
             };
             let new = NewSession { id: Some(id.to_string()), ..new };
-            match state.sessions.start_conversation(principal, new, history, message).await {
+            let run = conversation.run_input();
+            match state.sessions.start_conversation_run(principal, new, history, message, run).await {
                 Ok(started) => Ok(Proceeded { started, resumed: false }),
                 // Taken: by a concurrent request of the caller's (409), or
                 // by a session the caller may not see (404).
@@ -102,6 +123,18 @@ pub async fn proceed(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Begins the request's run on a known chat, and asks for the conversation
+/// back when the dialect restates it.
+fn prepare(loaded: &mut crate::sessions::Loaded, conversation: &impl Conversation) -> Result<(), ApiError> {
+    if let Some(run) = conversation.run_input() {
+        loaded.begin_run(run)?;
+    }
+    if conversation.restates() {
+        loaded.restate();
+    }
+    Ok(())
 }
 
 /// The conflict of a request that does not answer what a paused turn waits

@@ -264,7 +264,10 @@ impl AiSdkEncoder {
                 }
                 out.push(finish);
             }
-            EventKind::CompactionStarted { .. } | EventKind::CompactionDone { .. } => {}
+            EventKind::CompactionStarted { .. }
+            | EventKind::CompactionDone { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => {}
         }
     }
 }

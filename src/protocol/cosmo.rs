@@ -200,7 +200,9 @@ impl Encoder for CosmoEncoder {
             | EventKind::RelayDecided { .. }
             | EventKind::Resumed { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => Vec::new(),
+            | EventKind::CompactionDone { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => Vec::new(),
         }
     }
 

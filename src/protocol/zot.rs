@@ -196,7 +196,9 @@ impl Encoder for ZotEncoder {
             | EventKind::Resumed { .. }
             | EventKind::RelayDecided { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => {}
+            | EventKind::CompactionDone { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => {}
         }
         out
     }

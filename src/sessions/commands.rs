@@ -9,7 +9,7 @@
 use super::{SessionError, Sessions, Started, fence_of, ownership};
 use crate::{
     auth::Principal,
-    domain::{Answers, ChatMessage, RelayDecision, Session, Status},
+    domain::{Answers, ChatMessage, EventKind, RelayDecision, RunInput, Session, Status},
     store::{CancelRequest, Decided, Record, SessionKey},
 };
 
@@ -20,16 +20,64 @@ const WRITE_RETRIES: usize = 5;
 /// A session read for a command by its caller, who decides on its state
 /// (a chat request: resume the paused turn, or start one) and then acts on
 /// the same read: [`Sessions::start_turn_on`], [`Sessions::resume_on`].
+/// Before that, a client that declares each run (AG-UI) begins its run on
+/// it ([`Loaded::begin_run`]): committed with the start or the resume.
 pub struct Loaded {
     key: SessionKey,
     record: Record,
     session: Session,
+    /// Events of [`Loaded::begin_run`], committed after the start's.
+    prepared: Vec<EventKind>,
+    /// The start hands back the conversation as committed.
+    restate: bool,
 }
 
 impl Loaded {
+    fn new(key: SessionKey, record: Record, session: Session) -> Self {
+        Self { key, record, session, prepared: Vec::new(), restate: false }
+    }
+
     pub fn session(&self) -> &Session {
         &self.session
     }
+
+    /// Begins the client's run (see [`Session::begin_run`]): its tools,
+    /// context and state, committed with the start or resume that follows.
+    pub fn begin_run(&mut self, run: RunInput) -> Result<(), SessionError> {
+        let events = self.session.begin_run(run)?;
+        self.prepared.extend(events);
+        Ok(())
+    }
+
+    /// The turn started or resumed from this read carries the conversation
+    /// as committed ([`Started::conversation`]), for a dialect that restates
+    /// it to its client.
+    pub fn restate(&mut self) {
+        self.restate = true;
+    }
+
+    /// Applies the start's transition and takes what it commits.
+    fn start(
+        self,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, crate::domain::Refused>,
+    ) -> Result<Starting, SessionError> {
+        let Loaded { key, record, mut session, prepared, restate } = self;
+        let mut events = transition(&mut session)?;
+        events.extend(prepared);
+        let conversation = if restate { session.history().map(<[ChatMessage]>::to_vec) } else { None };
+        Ok(Starting { key, record, session, events, conversation })
+    }
+}
+
+/// A start or resume applied to a [`Loaded`] session, to commit.
+struct Starting {
+    key: SessionKey,
+    record: Record,
+    session: Session,
+    /// The start's events, then the run's.
+    events: Vec<EventKind>,
+    /// The conversation to hand back, when asked for.
+    conversation: Option<Vec<ChatMessage>>,
 }
 
 impl Sessions {
@@ -41,7 +89,7 @@ impl Sessions {
         if session.status().is_active() {
             ownership::take_over_if_orphaned(self, &key, &record).await;
         }
-        Ok(Loaded { key, record, session })
+        Ok(Loaded::new(key, record, session))
     }
 
     /// Starts a turn with a new user message on an idle, completed, failed
@@ -54,15 +102,16 @@ impl Sessions {
     ) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, true).await?;
-        self.start_turn_on(Loaded { key, record, session }, message).await
+        self.start_turn_on(Loaded::new(key, record, session), message).await
     }
 
     /// [`Sessions::start_turn`] on a session the caller has read.
     pub async fn start_turn_on(&self, loaded: Loaded, message: ChatMessage) -> Result<Started, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let earlier = session.trace_parent().map(str::to_string);
-        let events = session.start_turn(message, self.request_trace())?;
-        self.activate(&key, Some(&record), session, events, earlier).await
+        let earlier = loaded.session.trace_parent().map(str::to_string);
+        let trace = self.request_trace();
+        let Starting { key, record, session, events, conversation } = loaded.start(|s| s.start_turn(message, trace))?;
+        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
+        Ok(Started { conversation, ..started })
     }
 
     /// Resumes a paused turn with the client's answers: every pending
@@ -71,18 +120,18 @@ impl Sessions {
     pub async fn resume(&self, principal: &Principal, id: &str, answers: Answers) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, true).await?;
-        self.resume_on(Loaded { key, record, session }, answers).await
+        self.resume_on(Loaded::new(key, record, session), answers).await
     }
 
     /// [`Sessions::resume`] on a session the caller has read.
     pub async fn resume_on(&self, loaded: Loaded, answers: Answers) -> Result<Started, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let earlier = session.trace_parent().map(str::to_string);
-        let events = session.resume(&answers, self.request_trace())?;
+        let earlier = loaded.session.trace_parent().map(str::to_string);
+        let trace = self.request_trace();
+        let Starting { key, record, session, events, conversation } = loaded.start(|s| s.resume(&answers, trace))?;
         let dialect = session.dialect().to_string();
         let started = self.activate(&key, Some(&record), session, events, earlier).await?;
         self.metrics().resume(&dialect);
-        Ok(started)
+        Ok(Started { conversation, ..started })
     }
 
     /// Records a permission decision for a live relay, from any replica, for

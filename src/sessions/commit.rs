@@ -48,7 +48,7 @@ impl Sessions {
         if !draining {
             self.spawn_runner(key.clone(), session, committed, None, link);
         }
-        Ok(Started { key: key.clone(), cursor: committed.first_seq - 1 })
+        Ok(Started { key: key.clone(), cursor: committed.first_seq - 1, conversation: None })
     }
 
     /// A commit of `session` as it stands (state, new messages) and `events`.

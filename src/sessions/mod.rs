@@ -21,6 +21,7 @@ mod commit;
 mod conversation;
 mod follower;
 pub mod hub;
+mod join;
 mod ownership;
 mod resume;
 mod run;
@@ -39,6 +40,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 pub use self::{
     commands::Loaded,
     hub::{EventHub, FollowItem, Follower},
+    join::Joined,
     resume::{FindError, ResumeLookup},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
@@ -133,6 +135,9 @@ pub struct SessionView {
 pub struct Started {
     key: SessionKey,
     cursor: u64,
+    /// The conversation as the start committed it, when the command asked
+    /// for it ([`Loaded::restate`]).
+    conversation: Option<Vec<crate::domain::ChatMessage>>,
 }
 
 impl Started {
@@ -144,6 +149,12 @@ impl Started {
     /// The seq before the turn's events.
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// The conversation as the start committed it (the user's message or
+    /// the client's answers included), when the command asked for it.
+    pub fn conversation(&self) -> Option<&[crate::domain::ChatMessage]> {
+        self.conversation.as_deref()
     }
 }
 

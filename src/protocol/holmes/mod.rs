@@ -317,7 +317,9 @@ impl Encoder for HolmesEncoder {
             EventKind::TextDelta { .. }
             | EventKind::ReasoningDelta { .. }
             | EventKind::RelayRequested(_)
-            | EventKind::RelayDecided { .. } => {}
+            | EventKind::RelayDecided { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => {}
         }
         out
     }

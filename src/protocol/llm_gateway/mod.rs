@@ -203,7 +203,9 @@ impl LlmGatewayEncoder {
             | EventKind::Paused { .. }
             | EventKind::StepRestarted { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => None,
+            | EventKind::CompactionDone { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => None,
         };
         if shown.is_some() && !main && !self.subagents.contains_key(&agent.agent_id) {
             self.subagents.insert(agent.agent_id.clone(), agent.clone());
