@@ -16,7 +16,8 @@
 //! the model at the end of the system prompt; `state`, which replaces the
 //! session's (`null` or absent keeps it). HTTP tools get the state and may
 //! change it (see `tools/http.rs`); a frontend tool's change comes back as
-//! the next run's `state`, as AG-UI clients send it.
+//! the next run's `state`, as AG-UI clients send it. A run on a known
+//! thread restates the stored conversation first (`MESSAGES_SNAPSHOT`).
 
 use std::collections::HashSet;
 
@@ -125,7 +126,11 @@ pub async fn run(
     } else {
         HashSet::new()
     };
-    let encoder = AgUiEncoder::for_run(input.thread_id.clone(), input.run_id.clone(), known, answered);
+    let mut encoder = AgUiEncoder::for_run(input.thread_id.clone(), input.run_id.clone(), known, answered)
+        .frontend_tools(input.tools.iter().map(|t| t.name.clone()));
+    if let Some(conversation) = proceeded.started.conversation() {
+        encoder = encoder.restating(conversation);
+    }
     let follower = state.sessions.follow_started(proceeded.started).await;
     Ok(stream::stream(&state, principal, input.thread_id, follower, Box::new(encoder)))
 }
@@ -156,6 +161,10 @@ impl Conversation for RunAgentInput {
             context: self.context.clone(),
             state: self.state.clone().filter(|s| !s.is_null()),
         })
+    }
+
+    fn restates(&self) -> bool {
+        true
     }
 
     fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)> {
