@@ -8,8 +8,9 @@
 // input: {"dialect": "ag-ui", "threadId", "messages": [...]}: `@ag-ui/client`'s
 //        HttpAgent, holding `messages`, runs once on the stream (its fetch is
 //        swapped for a GET of the url): its schema checks, `verifyEvents` and
-//        `defaultApplyEvents` apply. Output {"events", "messages", "warnings",
-//        "failure"}.
+//        `defaultApplyEvents` apply. Output {"events", "messages", "state",
+//        "warnings", "failure"}. On a running session the stream is a join:
+//        the session restated, then the rest of the turn.
 //      | {"dialect": "ai-sdk"}: the `ai` package's `parseJsonEventStream` with
 //        `uiMessageChunkSchema` and `readUIMessageStream` (the reducer under
 //        `useChat`). Output {"message", "failure"}.
@@ -37,7 +38,7 @@ async function agUi() {
     fetch: (target, init) => fetch(target, { method: 'GET', headers: init.headers, signal: init.signal }),
   });
   await agent.runAgent({}, { onEvent: ({ event }) => { events.push(event); } });
-  return { events, messages: agent.messages, warnings };
+  return { events, messages: agent.messages, state: agent.state, warnings };
 }
 
 async function aiSdk() {

@@ -7,6 +7,7 @@ mod sse;
 mod support;
 
 mod access;
+mod ag_ui;
 mod auth;
 mod auth_keys;
 mod clients;
