@@ -39,6 +39,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::{
     commands::Loaded,
+    commit::Started,
     hub::{EventHub, FollowItem, Follower},
     join::Joined,
     resume::{FindError, ResumeLookup},
@@ -124,38 +125,6 @@ pub struct SessionView {
     pub last_seq: u64,
     /// The seq before the current (or last) turn's stream began.
     pub turn_start_seq: u64,
-}
-
-/// A turn this replica just started or resumed: the session and the
-/// cursor before the turn's events. [`Sessions::follow_started`] follows it
-/// without the reads [`Sessions::follow`] makes: the start checked access,
-/// and its commit put every event after the cursor in the log.
-#[derive(Debug)]
-#[must_use = "a started turn is followed (or its events are read later by cursor)"]
-pub struct Started {
-    key: SessionKey,
-    cursor: u64,
-    /// The conversation as the start committed it, when the command asked
-    /// for it ([`Loaded::restate`]).
-    conversation: Option<Vec<crate::domain::ChatMessage>>,
-}
-
-impl Started {
-    /// The session's id.
-    pub fn id(&self) -> &str {
-        &self.key.id
-    }
-
-    /// The seq before the turn's events.
-    pub fn cursor(&self) -> u64 {
-        self.cursor
-    }
-
-    /// The conversation as the start committed it (the user's message or
-    /// the client's answers included), when the command asked for it.
-    pub fn conversation(&self) -> Option<&[crate::domain::ChatMessage]> {
-        self.conversation.as_deref()
-    }
 }
 
 #[derive(Clone)]

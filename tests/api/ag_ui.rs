@@ -6,10 +6,12 @@
 
 use std::time::Duration;
 
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::{
     clients::run_client,
+    helpers::assert_error,
     metrics::gauge_reaches,
     orchestrator::{World, tool_messages, world},
     support::{
@@ -80,6 +82,33 @@ async fn a_tool_first_declared_in_a_later_run_pauses_the_thread_and_is_answered_
     assert_eq!(roles, ["user", "assistant", "user", "assistant", "tool", "assistant"], "{messages:?}");
     assert_eq!(messages[4]["content"], "chart drawn");
     assert_eq!(messages[5]["content"], "Here is the chart.");
+}
+
+#[tokio::test]
+async fn a_run_that_declares_a_server_tools_name_is_refused_and_changes_nothing() {
+    let w = world(1, |_| {}).await;
+    let (app, thread) = (&w.apps[0], thread_id());
+    let run = |tools: Value, messages: Value| {
+        json!({"threadId": thread, "runId": "r", "tools": tools, "state": {"changed": true},
+               "forwardedProps": {"model": "mock"}, "messages": messages})
+    };
+    let user = json!({"id": "u1", "role": "user", "content": "hi"});
+    let lookup = json!([{"name": "lookup", "description": "mine"}]);
+    let refused = app.post_json("/v1/ag-ui", Some(&w.token), &run(lookup.clone(), json!([user]))).await;
+    assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
+    let missing = app.get(&format!("/v1/sessions/{thread}"), Some(&w.token)).await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND, "no session for a refused new thread");
+
+    w.upstream.push(Reply::new().text(["Hello."]));
+    let first = app.post_json("/v1/ag-ui", Some(&w.token), &run(json!([chart()]), json!([user]))).await;
+    assert!(first.text().await.unwrap().contains("RUN_FINISHED"));
+    let again = json!([user, {"id": "a1", "role": "assistant", "content": "Hello."},
+                       {"id": "u2", "role": "user", "content": "again"}]);
+    let refused = app.post_json("/v1/ag-ui", Some(&w.token), &run(lookup, again)).await;
+    assert_error(refused, StatusCode::BAD_REQUEST, "invalid_request").await;
+    let view: Value = app.get(&format!("/v1/sessions/{thread}"), Some(&w.token)).await.json().await.unwrap();
+    assert_eq!((view["status"].as_str(), view["turn"].as_u64()), (Some("completed"), Some(1)));
+    assert_eq!(w.upstream.calls(), 1);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use json_patch::Patch;
 
 use super::{Refused, Session, conflict};
 use crate::domain::{
+    codes::ToolOutcome,
     events::{EventKind, now_ms},
     run::{RunInput, is_empty_state},
 };
@@ -39,10 +40,31 @@ impl Session {
         Ok(events)
     }
 
+    /// A tool's outcome with its change of the state applied (see
+    /// [`Session::finish_tool`]): the `state_updated` event, or, when the
+    /// patch does not apply, no change and an error outcome that says so.
+    pub(super) fn apply_state_delta(
+        &mut self,
+        outcome: ToolOutcome,
+        delta: Option<&Patch>,
+    ) -> (Vec<EventKind>, ToolOutcome) {
+        match delta.map(|delta| self.patch_state(delta)) {
+            None => (Vec::new(), outcome),
+            Some(Ok(updated)) => (vec![updated], outcome),
+            Some(Err(reason)) => {
+                let told = format!(
+                    "{}\n\nThe tool's change of the session state does not apply ({reason}); the state is unchanged.",
+                    outcome.output()
+                );
+                (Vec::new(), ToolOutcome::Error(told))
+            }
+        }
+    }
+
     /// Applies a tool's change of the state, all of it or nothing: the
     /// `state_updated` event, or why the patch does not apply (the state is
     /// then unchanged).
-    pub(super) fn patch_state(&mut self, delta: &Patch) -> Result<EventKind, String> {
+    fn patch_state(&mut self, delta: &Patch) -> Result<EventKind, String> {
         let mut next = self.state.clone();
         json_patch::patch(&mut next, delta).map_err(|e| e.to_string())?;
         let delta = serde_json::to_value(delta).map_err(|e| e.to_string())?;
@@ -59,7 +81,7 @@ mod tests {
     use super::*;
     use crate::domain::{
         ApprovalMode, CallDecision, ChatMessage, ContextEntry, FrontendTool, PermissionRules, Role, SessionOptions,
-        SessionSpec, Status, StepOutput, ToolCall, ToolOutcome, ToolStatus,
+        SessionSpec, Status, StepOutput, ToolCall, ToolStatus,
     };
 
     fn session() -> Session {

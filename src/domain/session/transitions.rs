@@ -307,18 +307,7 @@ impl Session {
             return invalid(format!("tool call {tool_call_id:?} is not running"));
         }
         self.turn_state.truncations.extend(truncation);
-        let mut events = Vec::new();
-        let outcome = match state_delta.map(|delta| self.patch_state(delta)) {
-            None => outcome,
-            Some(Ok(updated)) => {
-                events.push(updated);
-                outcome
-            }
-            Some(Err(reason)) => ToolOutcome::Error(format!(
-                "{}\n\nThe tool's change of the session state does not apply ({reason}); the state is unchanged.",
-                outcome.output()
-            )),
-        };
+        let (mut events, outcome) = self.apply_state_delta(outcome, state_delta);
         events.extend(self.answer(tool_call_id, outcome));
         Ok(events)
     }
