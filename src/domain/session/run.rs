@@ -149,6 +149,21 @@ mod tests {
     }
 
     #[test]
+    fn a_run_that_answers_a_pause_declares_the_tools_its_continuation_runs_with() {
+        let mut s = session();
+        s.begin_run(run(None)).unwrap();
+        s.start_turn(ChatMessage::text(Role::User, "chart it"), None).unwrap();
+        let call = ToolCall { id: "c1".into(), name: "render_chart".into(), arguments: "{}".into() };
+        let step = StepOutput { calls: vec![call], ..StepOutput::default() };
+        s.complete_step(step, vec![CallDecision::Client], PermissionRules::default()).unwrap();
+        s.pause().unwrap();
+        assert!(s.begin_run(RunInput { state: Some(json!({"drawn": true})), ..RunInput::default() }).is_ok());
+        assert!(s.options().frontend_tools.is_empty(), "the answering run declared none");
+        assert_eq!(s.status(), Status::AwaitingClient);
+        assert_eq!(s.pending_calls().len(), 1, "the pending call is still the client's");
+    }
+
+    #[test]
     fn a_run_cannot_begin_while_a_turn_runs() {
         let mut s = session();
         s.start_turn(ChatMessage::text(Role::User, "hi"), None).unwrap();
