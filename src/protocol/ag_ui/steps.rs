@@ -4,7 +4,8 @@
 //! `usage` — and one step per tool call the server runs, named after the
 //! tool, from the call's `tool_call` (the call is about to run) to its
 //! `tool_result`. Frontend tools' calls get none: the client runs them,
-//! after the run.
+//! after the run (a stream that does not know the run's frontend tools,
+//! `?format=ag-ui` on a native turn, gives them a step the pause finishes).
 //!
 //! `verifyEvents` refuses a second open step of a name and a finish of a
 //! step it did not see start, and wants every step finished before
