@@ -5,21 +5,27 @@
 //
 //   SWITCHBOARD_TOKEN=<jwt> node ag-ui-run.mjs <url> '<script json>'
 //
-// script: {"threadId", "tools": [...], "forwardedProps": {...}, "messages": [...],
-//          "steps": [step, ...]}: `messages` is the history the thread starts
-//          from (another run's output, say), and a step is
+// script: {"threadId", "tools": [...], "context": [...], "state": {...},
+//          "forwardedProps": {...}, "messages": [...], "steps": [step, ...]}:
+//          `messages` is the history the thread starts from (another run's
+//          output, say), `state` the agent's initial state, and a step is
 //   {"message": "text"}                    add a user message, run
 //   {"toolResults": {"<tool name>": "content"}}
-//                                          answer the last run's pending
-//                                          frontend tool calls with tool
-//                                          messages, run again
+//                                          answer the pending frontend tool
+//                                          calls (the last run's, or, in a
+//                                          script's first step, the calls in
+//                                          `messages` without a result) with
+//                                          tool messages, run again
 //   {"resume": {"approved": bool, "reason"?: ".."}}
 //                                          answer every pending interrupt, run again
+// Any step may also carry "tools" and "context" (that run's, instead of the
+// script's) and "url" (this run and the next ones go there: another replica).
 // The script stops at the first run that fails.
 //
 // Output: {"runs": [{"events", "outcome", "pendingToolCallIds", "interrupts",
-// "runError"}], "messages", "failure"}. Exit 0 when every run finished with
-// RUN_FINISHED, 1 otherwise (the reason on stderr).
+// "runError", "state"}], "messages", "state", "warnings", "failure"}: a run's
+// `state` is the agent's state after it. Exit 0 when every run finished
+// with RUN_FINISHED, 1 otherwise (the reason on stderr).
 import { HttpAgent } from '@ag-ui/client';
 
 const [url, scriptText] = process.argv.slice(2);
@@ -36,6 +42,7 @@ const agent = new HttpAgent({
   url,
   threadId: script.threadId,
   initialMessages: script.messages ?? [],
+  initialState: script.state ?? {},
   headers: { Authorization: `Bearer ${process.env.SWITCHBOARD_TOKEN ?? ''}` },
 });
 
@@ -43,11 +50,16 @@ const runs = [];
 let failure = null;
 let ids = 0;
 
-async function run(params = {}) {
-  const record = { events: [], outcome: null, pendingToolCallIds: [], interrupts: [], runError: null };
+async function run(step, params = {}) {
+  const record = { events: [], outcome: null, pendingToolCallIds: [], interrupts: [], runError: null, state: null };
   runs.push(record);
   await agent.runAgent(
-    { tools: script.tools ?? [], forwardedProps: script.forwardedProps ?? {}, ...params },
+    {
+      tools: step.tools ?? script.tools ?? [],
+      context: step.context ?? script.context ?? [],
+      forwardedProps: script.forwardedProps ?? {},
+      ...params,
+    },
     {
       onEvent: ({ event }) => { record.events.push(event); },
       onRunFinishedEvent: (finished) => {
@@ -58,25 +70,33 @@ async function run(params = {}) {
       onRunErrorEvent: ({ event }) => { record.runError = event; },
     },
   );
+  record.state = agent.state;
   return record;
+}
+
+/// The calls of the thread's messages that no tool message answers.
+function unanswered() {
+  const answered = new Set(agent.messages.filter((m) => m.role === 'tool').map((m) => m.toolCallId));
+  return agent.messages.flatMap((m) => m.toolCalls ?? []).map((c) => c.id).filter((id) => !answered.has(id));
 }
 
 try {
   for (const step of script.steps ?? []) {
     const last = runs[runs.length - 1];
+    if (step.url !== undefined) agent.url = step.url;
     if (step.message !== undefined) {
       agent.addMessage({ id: `user-${++ids}`, role: 'user', content: step.message });
-      await run();
+      await run(step);
     } else if (step.toolResults !== undefined) {
       const calls = agent.messages.flatMap((m) => m.toolCalls ?? []);
-      for (const id of last.pendingToolCallIds) {
+      for (const id of last ? last.pendingToolCallIds : unanswered()) {
         const name = calls.find((c) => c.id === id)?.function?.name;
         agent.addMessage({ id: `tool-${id}`, role: 'tool', toolCallId: id, content: String(step.toolResults[name] ?? '') });
       }
-      await run();
+      await run(step);
     } else if (step.resume !== undefined) {
       const resume = agent.pendingInterrupts.map((i) => ({ interruptId: i.id, status: 'resolved', payload: step.resume }));
-      await run({ resume });
+      await run(step, { resume });
     }
     const current = runs[runs.length - 1];
     if (current.runError || current.outcome === null) break;
@@ -85,7 +105,7 @@ try {
   failure = `${error.name ?? 'Error'}: ${error.message}`;
 }
 
-process.stdout.write(JSON.stringify({ runs, messages: agent.messages, warnings, failure }, null, 2) + '\n');
+process.stdout.write(JSON.stringify({ runs, messages: agent.messages, state: agent.state, warnings, failure }, null, 2) + '\n');
 const failed = failure ?? runs.map((r, i) => (r.runError ? `run ${i}: RUN_ERROR ${JSON.stringify(r.runError)}`
   : r.outcome === null ? `run ${i} ended without RUN_FINISHED` : null)).find(Boolean);
 if (failed) console.error(`failed: ${failed}`);

@@ -8,8 +8,9 @@
 // input: {"dialect": "ag-ui", "threadId", "messages": [...]}: `@ag-ui/client`'s
 //        HttpAgent, holding `messages`, runs once on the stream (its fetch is
 //        swapped for a GET of the url): its schema checks, `verifyEvents` and
-//        `defaultApplyEvents` apply. Output {"events", "messages", "warnings",
-//        "failure"}.
+//        `defaultApplyEvents` apply. Output {"events", "messages", "state",
+//        "warnings", "failure"}. On a running session the stream is a join:
+//        the session restated, then the rest of the turn.
 //      | {"dialect": "ai-sdk", "ai": 6|7, "headers": {...}}: the `ai` package's
 //        (ai@6 or ai@7: the aliases ai6 and ai7; default 6)
 //        `parseJsonEventStream` with `uiMessageChunkSchema` and
@@ -39,7 +40,7 @@ async function agUi() {
     fetch: (target, init) => fetch(target, { method: 'GET', headers: init.headers, signal: init.signal }),
   });
   await agent.runAgent({}, { onEvent: ({ event }) => { events.push(event); } });
-  return { events, messages: agent.messages, warnings };
+  return { events, messages: agent.messages, state: agent.state, warnings };
 }
 
 async function aiSdk() {

@@ -7,10 +7,17 @@
 //! starts a turn with the last (user) message; a paused one is answered by
 //! `resume` entries for its interrupts (`{interruptId: <relay id>, status:
 //! "resolved", payload: {approved, reason?}}`, or `"cancelled"`: denied) and
-//! `role: "tool"` messages for its frontend tool calls. `tools` become the
-//! session's frontend tools (pause mode) when the thread is new; the model
-//! is `forwardedProps.model` (default: the tenant's first). `state` and
-//! `context` are accepted and not used.
+//! `role: "tool"` messages for its frontend tool calls. The model is
+//! `forwardedProps.model` (default: the tenant's `default_model`).
+//!
+//! Every run declares, in the commit that starts or resumes its turn
+//! ([`crate::domain::Session::begin_run`]): `tools`, the run's frontend
+//! tools (pause mode; a name of a server tool is a 400); `context`, given to
+//! the model at the end of the system prompt; `state`, which replaces the
+//! session's (`null` or absent keeps it). HTTP tools get the state and may
+//! change it (see `tools/http.rs`); a frontend tool's change comes back as
+//! the next run's `state`, as AG-UI clients send it. A run on a known
+//! thread restates the stored conversation first (`MESSAGES_SNAPSHOT`).
 
 use std::collections::HashSet;
 
@@ -25,14 +32,17 @@ use super::{
 use crate::{
     app::AppState,
     auth::Principal,
-    domain::{Answers, ApprovalMode, ChatMessage, Decision, FrontendMode, FrontendTool, Role, Session, SessionOptions},
+    domain::{
+        Answers, ApprovalMode, ChatMessage, ContextEntry, Decision, FrontendMode, FrontendTool, Role, RunInput,
+        Session, SessionOptions,
+    },
     error::{ApiError, ErrorCode},
     protocol::ag_ui::AgUiEncoder,
     sessions::NewSession,
 };
 
-/// `RunAgentInput`. Unknown fields (`state`, `context`, `protocolVersion`,
-/// `parentRunId`, …) are accepted.
+/// `RunAgentInput`. Unknown fields (`protocolVersion`, `parentRunId`, …)
+/// are accepted.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
@@ -42,6 +52,10 @@ pub struct RunAgentInput {
     messages: Vec<AgMessage>,
     #[serde(default)]
     tools: Vec<AgTool>,
+    #[serde(default)]
+    context: Vec<ContextEntry>,
+    #[serde(default)]
+    state: Option<Value>,
     #[serde(default)]
     forwarded_props: Option<Value>,
     #[serde(default)]
@@ -97,21 +111,11 @@ pub async fn run(
     Json(input): Json<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     client_chat::check_id("threadId", &input.thread_id)?;
-    let frontend_tools: Vec<FrontendTool> = input
-        .tools
-        .iter()
-        .map(|t| FrontendTool {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.clone(),
-            mode: FrontendMode::Pause,
-            noop_response: None,
-        })
-        .collect();
-    super::check_frontend_tools(&state, &frontend_tools)?;
+    super::check_frontend_tools(&state, &input.frontend_tools())?;
     let requested = input.forwarded_props.as_ref().and_then(|p| p["model"].as_str());
     let model = super::model_or_default(&state, &principal, requested)?;
-    let options = SessionOptions { frontend_tools, approval: ApprovalMode::Pause, ..SessionOptions::default() };
+    // The run's tools, context and state come with every run (run_input).
+    let options = SessionOptions { approval: ApprovalMode::Pause, ..SessionOptions::default() };
     let new = NewSession { id: None, model, dialect: "ag-ui", options };
     let proceeded = client_chat::proceed(&state, &principal, new, &input).await?;
 
@@ -122,14 +126,45 @@ pub async fn run(
     } else {
         HashSet::new()
     };
-    let encoder = AgUiEncoder::for_run(input.thread_id.clone(), input.run_id.clone(), known, answered);
+    let mut encoder = AgUiEncoder::for_run(input.thread_id.clone(), input.run_id.clone(), known, answered)
+        .frontend_tools(input.tools.iter().map(|t| t.name.clone()));
+    if let Some(conversation) = proceeded.started.conversation() {
+        encoder = encoder.restating(conversation);
+    }
     let follower = state.sessions.follow_started(proceeded.started).await;
     Ok(stream::stream(&state, principal, input.thread_id, follower, Box::new(encoder)))
+}
+
+impl RunAgentInput {
+    /// `tools`, as frontend tools the client runs (the run pauses for them).
+    fn frontend_tools(&self) -> Vec<FrontendTool> {
+        (self.tools.iter())
+            .map(|t| FrontendTool {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+                mode: FrontendMode::Pause,
+                noop_response: None,
+            })
+            .collect()
+    }
 }
 
 impl Conversation for RunAgentInput {
     fn chat_id(&self) -> &str {
         &self.thread_id
+    }
+
+    fn run_input(&self) -> Option<RunInput> {
+        Some(RunInput {
+            frontend_tools: self.frontend_tools(),
+            context: self.context.clone(),
+            state: self.state.clone().filter(|s| !s.is_null()),
+        })
+    }
+
+    fn restates(&self) -> bool {
+        true
     }
 
     fn turn(&self) -> Option<(ChatMessage, Vec<ChatMessage>)> {

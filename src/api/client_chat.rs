@@ -15,12 +15,16 @@
 //! request's are remembered on the session as frontend tools, committed
 //! with the turn it starts or resumes, so the model is offered them from
 //! then on.
+//!
+//! A client that declares each run (AG-UI's tools, context and state) has
+//! its run begun on the session in the commit that starts or resumes the
+//! turn, on a new chat as on a known one ([`Conversation::run_input`]).
 
 use super::ApiError;
 use crate::{
     app::AppState,
     auth::Principal,
-    domain::{Answers, ChatMessage, Session, Status},
+    domain::{Answers, ChatMessage, RunInput, Session, Status},
     error::ErrorCode,
     sessions::{NewSession, SessionError, Started},
 };
@@ -51,6 +55,20 @@ pub trait Conversation {
     /// tools among them: [`proceed`] keeps the client's). None by default.
     fn tool_names(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// What the request declares for its run, for a client that declares
+    /// each run; `None` leaves the session's tools, context and state as
+    /// they are.
+    fn run_input(&self) -> Option<RunInput> {
+        None
+    }
+
+    /// Whether a turn started or resumed on a known chat hands back the
+    /// conversation as committed ([`Started::conversation`]), for a dialect
+    /// that restates it to its client.
+    fn restates(&self) -> bool {
+        false
     }
 }
 
@@ -92,6 +110,7 @@ pub async fn proceed(
         Ok(mut loaded) if loaded.session().status() == Status::AwaitingClient => {
             let resume = conversation.answers(loaded.session())?;
             loaded.learn_client_tools(&client_tools)?;
+            prepare(&mut loaded, conversation)?;
             let started = state.sessions.resume_on(loaded, resume).await?;
             Ok(Proceeded { started, resumed: true })
         }
@@ -104,6 +123,7 @@ pub async fn proceed(
             if !loaded.session().status().is_active() {
                 loaded.learn_client_tools(&client_tools)?;
             }
+            prepare(&mut loaded, conversation)?;
             let started = state.sessions.start_turn_on(loaded, message).await?;
             Ok(Proceeded { started, resumed: false })
         }
@@ -113,7 +133,8 @@ pub async fn proceed(
             };
             let mut new = NewSession { id: Some(id.to_string()), ..new };
             new.options.learn_client_tools(&client_tools);
-            match state.sessions.start_conversation(principal, new, history, message).await {
+            let run = conversation.run_input();
+            match state.sessions.start_conversation_run(principal, new, history, message, run).await {
                 Ok(started) => Ok(Proceeded { started, resumed: false }),
                 // Taken: by a concurrent request of the caller's (409), or
                 // by a session the caller may not see (404).
@@ -160,6 +181,18 @@ fn client_tools(state: &AppState, conversation: &impl Conversation) -> Vec<Strin
 /// APIs take as a tool name.
 fn is_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Begins the request's run on a known chat, and asks for the conversation
+/// back when the dialect restates it.
+fn prepare(loaded: &mut crate::sessions::Loaded, conversation: &impl Conversation) -> Result<(), ApiError> {
+    if let Some(run) = conversation.run_input() {
+        loaded.begin_run(run)?;
+    }
+    if conversation.restates() {
+        loaded.restate();
+    }
+    Ok(())
 }
 
 /// The conflict of a request that does not answer what a paused turn waits

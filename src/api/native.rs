@@ -96,7 +96,9 @@ fn encoder(state: &AppState, format: Option<&str>, headers: &HeaderMap) -> Resul
 }
 
 /// `GET /v1/sessions/{id}/events`: replay after `Last-Event-ID` (or
-/// `?after=`), then live events until the session pauses or ends.
+/// `?after=`), then live events until the session pauses or ends. A dialect
+/// that restates on a join (AG-UI) joins a running turn instead: the
+/// session as of its last commit, then the step in progress, whole.
 pub async fn events(
     State(state): State<AppState>,
     principal: Principal,
@@ -112,8 +114,14 @@ pub async fn events(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
         None => query.after.unwrap_or(0),
     };
-    let encoder = encoder(&state, query.format.as_deref(), &headers)?;
-    let follower = if encoder.wants_turn_context() {
+    let mut encoder = encoder(&state, query.format.as_deref(), &headers)?;
+    let follower = if encoder.restates_on_join() {
+        let joined = state.sessions.join(&principal, &id, after).await?;
+        if let Some(session) = &joined.session {
+            encoder.joined(session);
+        }
+        joined.follower
+    } else if encoder.wants_turn_context() {
         state.sessions.follow_in_turn(&principal, &id, after).await?
     } else {
         state.sessions.follow(&principal, &id, after).await?

@@ -75,7 +75,7 @@ pub fn encode(
     follower: Follower,
     encoder: Box<dyn Encoder>,
 ) -> BoxStream<'static, Frame> {
-    let encoding = Encoding {
+    let mut encoding = Encoding {
         _open: state.metrics.open_stream(encoder.dialect()),
         follower,
         encoder,
@@ -87,6 +87,9 @@ pub fn encode(
         pending: VecDeque::new(),
         ended: false,
     };
+    // What the dialect restates first (AG-UI), ahead of any event.
+    let opening = encoding.encoder.opening();
+    encoding.pending.extend(opening);
     futures::stream::unfold(encoding, |mut encoding| async move {
         let frame = encoding.next_frame().await?;
         Some((frame, encoding))

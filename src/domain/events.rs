@@ -158,6 +158,16 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_secs: Option<u64>,
     },
+    /// A client's run replaced the session's state with its own (AG-UI's
+    /// `RunAgentInput.state`).
+    StateReplaced {
+        state: Value,
+    },
+    /// A tool changed the session's state: `delta` is the JSON Patch (RFC
+    /// 6902) that was applied, in the same commit as the tool's result.
+    StateUpdated {
+        delta: Value,
+    },
 }
 
 impl EventKind {
@@ -183,6 +193,8 @@ impl EventKind {
             Self::CompactionDone { .. } => "compaction_done",
             Self::TurnEnded { .. } => "turn_ended",
             Self::Error { .. } => "error",
+            Self::StateReplaced { .. } => "state_replaced",
+            Self::StateUpdated { .. } => "state_updated",
         }
     }
 

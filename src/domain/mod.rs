@@ -1,8 +1,9 @@
 //! The domain: what a session is, independent of how it travels or where it
 //! is kept. Conversations ([`conversation`]), canonical events ([`events`]),
 //! typed outcomes and codes ([`codes`]), the options a session runs with
-//! ([`options`]) and the [`session::Session`] itself, whose transitions are
-//! the only way to change it.
+//! ([`options`]), what a client declares for each run of its chat ([`run`])
+//! and the [`session::Session`] itself, whose transitions are the only way
+//! to change it.
 //!
 //! It imports nothing from the rest of the crate: HTTP handlers (`api`),
 //! dialect encoders (`protocol`), the sessions service, the store and the
@@ -14,6 +15,7 @@ pub mod codes;
 pub mod conversation;
 pub mod events;
 pub mod options;
+pub mod run;
 pub mod session;
 
 pub use self::{
@@ -21,6 +23,7 @@ pub use self::{
     conversation::{ChatMessage, ImagePart, Role, ToolCall, Usage},
     events::{AgentRef, Event, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason, now_ms},
     options::{ApprovalMode, DenyRule, FrontendMode, FrontendTool, PermissionRules, Section, SessionOptions, ToolRule},
+    run::{ContextEntry, RunInput},
     session::{
         AnswerRules, Answers, CallDecision, CallPlan, ConversationChange, Decision, PlannedCall, Refused,
         RelayDecision, Session, SessionSpec, Status, StepOutput, StepRestart, Truncation, TurnError,

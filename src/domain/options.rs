@@ -1,11 +1,15 @@
 //! What the request that started a session asked for, kept with it so any
 //! replica runs its later turns (and takeovers) the same way: frontend
 //! tools, permission rules, bounds, prompt additions, how approvals travel.
+//! A client that declares each run (AG-UI) replaces the frontend tools and
+//! the context at every run ([`super::Session::begin_run`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::run::ContextEntry;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionOptions {
@@ -39,6 +43,9 @@ pub struct SessionOptions {
     /// its answer fills, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub investigation: Option<Vec<Section>>,
+    /// Context the client gave its current (or last) run, for the model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
 }
 
 /// Most frontend tools (declared ones included) a session's list grows to

@@ -5,6 +5,7 @@
 //! status. The sessions service commits both in one store operation.
 //!
 //! ```text
+//! idle | completed | failed | cancelled | awaiting_client ──begin_run──▶ (same status: the run's tools, context, state)
 //! idle | completed | failed | cancelled ──start_turn──▶ running
 //! completed | failed | cancelled ──regenerate (the last answer dropped)──▶ running
 //! running ──complete_step (asks, relay mode)──▶ awaiting_relay ──decide_relay / time_out_relays──▶ running
@@ -29,6 +30,7 @@ use super::{
     conversation::{ChatMessage, ToolCall, Usage},
     events::{PendingCall, PendingRelay, now_ms},
     options::{ApprovalMode, SessionOptions},
+    run::{empty_state, is_empty_state},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +174,10 @@ pub struct Session {
     trace_parent: Option<String>,
     #[serde(default)]
     turn_state: TurnState,
+    /// The state the client and the agent share (AG-UI): the client's
+    /// runs replace it, tools patch it.
+    #[serde(default = "empty_state", skip_serializing_if = "is_empty_state")]
+    state: serde_json::Value,
     #[serde(skip)]
     conversation: Conversation,
 }
@@ -201,6 +207,7 @@ impl Session {
             error: None,
             trace_parent: None,
             turn_state: TurnState::default(),
+            state: empty_state(),
             conversation: Conversation { full: true, ..Conversation::default() },
         }
     }
@@ -265,6 +272,10 @@ impl Session {
     }
     pub fn trace_parent(&self) -> Option<&str> {
         self.trace_parent.as_deref()
+    }
+    /// The state the client and the agent share (`{}` until one is given).
+    pub fn state(&self) -> &serde_json::Value {
+        &self.state
     }
     /// Model calls made in the current (or last) turn.
     pub fn iterations(&self) -> u32 {
@@ -387,6 +398,7 @@ impl Session {
 }
 
 mod chat;
+mod run;
 mod transitions;
 mod turn;
 

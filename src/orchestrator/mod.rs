@@ -33,7 +33,7 @@ use crate::{
     providers::{ModelProvider, Providers, ToolSpec},
     sessions::{Emitter, RunHandle, Sessions, TurnRunner},
     telemetry::{attributes as attr, timing::UpstreamTime},
-    tools::{CallContext, ServerTools},
+    tools::{CallContext, ServerTools, ToolReply},
 };
 use tracing::Instrument as _;
 
@@ -53,19 +53,29 @@ impl Orchestrator {
     }
 
     /// The history as sent to the model: the client's own system message if
-    /// the conversation has one, else ours.
+    /// the conversation has one, else ours; either way with the context the
+    /// client gave its run (AG-UI's `context`) appended to it.
     fn messages_with_system(&self, session: &Session) -> Vec<ChatMessage> {
         self.messages_with_system_of(session, session.history().unwrap_or_default())
     }
 
     /// [`Orchestrator::messages_with_system`] for `messages` of `session`.
     fn messages_with_system_of(&self, session: &Session, messages: &[ChatMessage]) -> Vec<ChatMessage> {
-        if messages.first().is_some_and(|m| m.role == Role::System) {
-            return messages.to_vec();
+        let mut out = if messages.first().is_some_and(|m| m.role == Role::System) {
+            messages.to_vec()
+        } else {
+            let mut out = Vec::with_capacity(messages.len() + 1);
+            out.push(ChatMessage::text(Role::System, self.system_prompt(session.options())));
+            out.extend(messages.iter().cloned());
+            out
+        };
+        if let Some(context) = prompt::context_section(&session.options().context) {
+            let system = out[0].content.get_or_insert_with(String::new);
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(&context);
         }
-        let mut out = Vec::with_capacity(messages.len() + 1);
-        out.push(ChatMessage::text(Role::System, self.system_prompt(session.options())));
-        out.extend(messages.iter().cloned());
         out
     }
 
@@ -120,6 +130,7 @@ impl Orchestrator {
             cancel: handle.cancelled().clone(),
             session_id: session.id().to_string(),
             tenant: session.tenant().to_string(),
+            state: session.state().clone(),
             sessions: handle.sessions().clone(),
             upstream: handle.upstream_time().clone(),
         }
@@ -146,6 +157,8 @@ struct ExecContext {
     cancel: CancellationToken,
     session_id: String,
     tenant: String,
+    /// The session's state as the tools phase began, for HTTP tools.
+    state: serde_json::Value,
     /// The token budget and metrics of model calls.
     sessions: Sessions,
     upstream: Arc<UpstreamTime>,
@@ -154,8 +167,9 @@ struct ExecContext {
 impl ExecContext {
     /// Runs one permitted call made by an agent at `depth` (0 = main), in an
     /// `execute_tool {name}` span (a child of the current one; an HTTP tool
-    /// gets its trace context).
-    fn execute<'a>(&'a self, call: &'a ToolCall, depth: u32) -> BoxFuture<'a, ToolOutcome> {
+    /// gets its trace context). Only the main agent's calls change the
+    /// session's state: a subagent's caller keeps just the outcome.
+    fn execute<'a>(&'a self, call: &'a ToolCall, depth: u32) -> BoxFuture<'a, ToolReply> {
         let tool_type = if call.name == subagent::TOOL_NAME { "extension" } else { "function" };
         let span = tracing::info_span!(
             "execute_tool",
@@ -170,23 +184,23 @@ impl ExecContext {
         let record = span.clone();
         let run = async move {
             if call.name == subagent::TOOL_NAME {
-                return subagent::run(self, call, depth + 1).await;
+                return subagent::run(self, call, depth + 1).await.into();
             }
             let Some(tool) = self.tools.get(&call.name) else {
-                return ToolOutcome::error(format!("there is no tool named {:?}", call.name));
+                return ToolOutcome::error(format!("there is no tool named {:?}", call.name)).into();
             };
-            let context = CallContext { session_id: &self.session_id, tenant: &self.tenant };
+            let context = CallContext { session_id: &self.session_id, tenant: &self.tenant, state: &self.state };
             let started = tokio::time::Instant::now();
-            let outcome = self.tools.call(tool, call, &context).await;
+            let reply = self.tools.call(tool, call, &context).await;
             self.upstream.add(started.elapsed());
-            outcome
+            reply
         };
         Box::pin(async move {
-            let outcome = run.instrument(span).await;
-            if !outcome.is_success() {
+            let reply: ToolReply = run.instrument(span).await;
+            if !reply.outcome.is_success() {
                 record.record(attr::OTEL_STATUS_CODE, "ERROR");
             }
-            outcome
+            reply
         })
     }
 

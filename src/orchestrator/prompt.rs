@@ -6,8 +6,16 @@
 //! keys, or `none`) restricts; `behavior_controls` enables or disables within
 //! that; by default every section is on except `ai_safety`. Unknown keys are
 //! ignored with a warning.
+//!
+//! Also the section that carries a run's context (AG-UI's `context`), which
+//! ends whichever system message the model gets.
 
 use std::collections::BTreeMap;
+
+use crate::domain::ContextEntry;
+
+/// The first line of the context section.
+pub const CONTEXT_HEADING: &str = "Context from the application:";
 
 /// Every key Holmes defines. The user-prompt sections (`files`,
 /// `todowrite_reminder`, `time_runbooks`) have no content here but are
@@ -85,9 +93,32 @@ pub fn system_prompt(
     parts.join("\n\n")
 }
 
+/// The context section for `entries` (`None` without any): the heading,
+/// then `- <description>: <value>` per entry, in the client's order.
+pub fn context_section(entries: &[ContextEntry]) -> Option<String> {
+    if entries.is_empty() {
+        return None;
+    }
+    let mut section = String::from(CONTEXT_HEADING);
+    for entry in entries {
+        section.push_str(&format!("\n- {}: {}", entry.description, entry.value));
+    }
+    Some(section)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_is_a_section_of_its_own_in_the_clients_order() {
+        assert_eq!(context_section(&[]), None);
+        let entries = [
+            ContextEntry { description: "page".into(), value: "orders".into() },
+            ContextEntry { description: "user".into(), value: "alice".into() },
+        ];
+        assert_eq!(context_section(&entries).unwrap(), "Context from the application:\n- page: orders\n- user: alice");
+    }
 
     #[test]
     fn all_sections_but_safety_are_on_by_default() {

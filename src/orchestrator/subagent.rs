@@ -141,5 +141,5 @@ async fn run_call(context: &ExecContext, call: &ToolCall, agent: &AgentRef) -> T
     let announce =
         EventKind::ToolCall { tool_call_id: call.id.clone(), name: call.name.clone(), arguments: arguments.clone() };
     let _ = context.emitter.emit(agent, announce).await;
-    context.execute(call, agent.depth).await
+    context.execute(call, agent.depth).await.outcome
 }

@@ -1,7 +1,8 @@
 //! The tool calls of one model response: deciding each (permissions),
 //! running the permitted ones in parallel, taking up relay decisions, and
 //! pausing for the client. Every result is committed with its event as it
-//! arrives, so a takeover never runs a finished call again.
+//! arrives (and with the tool's change of the session's state, if it asked
+//! for one), so a takeover never runs a finished call again.
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use serde_json::Value;
@@ -154,8 +155,8 @@ async fn run_permitted(
         .map(|call| {
             let context = context.clone();
             async move {
-                let outcome = context.execute(&call, 0).await;
-                (call, outcome)
+                let reply = context.execute(&call, 0).await;
+                (call, reply)
             }
         })
         .collect();
@@ -173,11 +174,12 @@ async fn run_permitted(
                 continue;
             }
         };
-        let Some((call, outcome)) = next else {
+        let Some((call, reply)) = next else {
             return Ok(stopping.then_some(End::Stopped));
         };
-        let (outcome, truncation) = truncated(&call, outcome, limit);
-        handle.transition(|s| s.finish_tool(&call.id, outcome, truncation)).await?;
+        let (outcome, truncation) = truncated(&call, reply.outcome, limit);
+        let delta = reply.state_delta.as_ref();
+        handle.transition(|s| s.finish_tool(&call.id, outcome, truncation, delta)).await?;
     }
 }
 

@@ -319,7 +319,9 @@ impl AiSdkEncoder {
             }
             EventKind::CompactionStarted { .. }
             | EventKind::CompactionDone { .. }
-            | EventKind::AnswerDropped { .. } => {}
+            | EventKind::AnswerDropped { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => {}
         }
     }
 }

@@ -201,7 +201,9 @@ impl Encoder for CosmoEncoder {
             | EventKind::Resumed { .. }
             | EventKind::CompactionStarted { .. }
             | EventKind::CompactionDone { .. }
-            | EventKind::AnswerDropped { .. } => Vec::new(),
+            | EventKind::AnswerDropped { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => Vec::new(),
         }
     }
 

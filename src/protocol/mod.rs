@@ -104,8 +104,28 @@ pub trait Encoder: Send {
         &[]
     }
 
+    /// Frames the stream opens with, before its first event: for a dialect
+    /// that restates the session to its client first (AG-UI: a run that
+    /// continues its thread, a client joining a running one).
+    fn opening(&mut self) -> Vec<Frame> {
+        Vec::new()
+    }
+
     /// The frames for one event (none, for events the dialect does not show).
     fn encode(&mut self, event: &LogEvent) -> Vec<Frame>;
+
+    /// Whether a client that joins the session's stream (`GET …/events`)
+    /// gets the session restated while a turn runs, rather than a replay
+    /// after its cursor (`Sessions::join`): for a dialect whose clients keep
+    /// no cursor (AG-UI).
+    fn restates_on_join(&self) -> bool {
+        false
+    }
+
+    /// The session a join restates: as of its last commit, with its
+    /// conversation; the stream goes on from that commit. The frames come
+    /// from [`Encoder::opening`].
+    fn joined(&mut self, _session: &Session) {}
 
     /// The frames that report a broken stream: `code` is `recovery_failed`
     /// (the cursor is older than the retained log) or a store error code.

@@ -243,7 +243,9 @@ impl Encoder for ZotEncoder {
             | EventKind::Resumed { .. }
             | EventKind::RelayDecided { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::AnswerDropped { .. } => {}
+            | EventKind::AnswerDropped { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => {}
         }
         out
     }

@@ -9,7 +9,7 @@
 use super::{SessionError, Sessions, Started, fence_of, ownership};
 use crate::{
     auth::Principal,
-    domain::{Answers, ChatMessage, RelayDecision, Session, Status},
+    domain::{Answers, ChatMessage, EventKind, RelayDecision, RunInput, Session, Status},
     store::{CancelRequest, Decided, Record, SessionKey},
 };
 
@@ -20,13 +20,23 @@ const WRITE_RETRIES: usize = 5;
 /// A session read for a command by its caller, who decides on its state
 /// (a chat request: resume the paused turn, or start one) and then acts on
 /// the same read: [`Sessions::start_turn_on`], [`Sessions::resume_on`].
+/// Before that, a client that declares each run (AG-UI) begins its run on
+/// it ([`Loaded::begin_run`]): committed with the start or the resume.
 pub struct Loaded {
     key: SessionKey,
     record: Record,
     session: Session,
+    /// Events of [`Loaded::begin_run`], committed after the start's.
+    prepared: Vec<EventKind>,
+    /// The start hands back the conversation as committed.
+    restate: bool,
 }
 
 impl Loaded {
+    fn new(key: SessionKey, record: Record, session: Session) -> Self {
+        Self { key, record, session, prepared: Vec::new(), restate: false }
+    }
+
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -37,6 +47,44 @@ impl Loaded {
     pub fn learn_client_tools(&mut self, names: &[String]) -> Result<usize, SessionError> {
         Ok(self.session.learn_client_tools(names)?)
     }
+
+    /// Begins the client's run (see [`Session::begin_run`]): its tools,
+    /// context and state, committed with the start or resume that follows.
+    pub fn begin_run(&mut self, run: RunInput) -> Result<(), SessionError> {
+        let events = self.session.begin_run(run)?;
+        self.prepared.extend(events);
+        Ok(())
+    }
+
+    /// The turn started or resumed from this read carries the conversation
+    /// as committed ([`Started::conversation`]), for a dialect that restates
+    /// it to its client.
+    pub fn restate(&mut self) {
+        self.restate = true;
+    }
+
+    /// Applies the start's transition and takes what it commits.
+    fn start(
+        self,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, crate::domain::Refused>,
+    ) -> Result<Starting, SessionError> {
+        let Loaded { key, record, mut session, prepared, restate } = self;
+        let mut events = transition(&mut session)?;
+        events.extend(prepared);
+        let conversation = if restate { session.history().map(<[ChatMessage]>::to_vec) } else { None };
+        Ok(Starting { key, record, session, events, conversation })
+    }
+}
+
+/// A start or resume applied to a [`Loaded`] session, to commit.
+struct Starting {
+    key: SessionKey,
+    record: Record,
+    session: Session,
+    /// The start's events, then the run's.
+    events: Vec<EventKind>,
+    /// The conversation to hand back, when asked for.
+    conversation: Option<Vec<ChatMessage>>,
 }
 
 impl Sessions {
@@ -48,7 +96,7 @@ impl Sessions {
         if session.status().is_active() {
             ownership::take_over_if_orphaned(self, &key, &record).await;
         }
-        Ok(Loaded { key, record, session })
+        Ok(Loaded::new(key, record, session))
     }
 
     /// Starts a turn with a new user message on an idle, completed, failed
@@ -61,25 +109,27 @@ impl Sessions {
     ) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, true).await?;
-        self.start_turn_on(Loaded { key, record, session }, message).await
+        self.start_turn_on(Loaded::new(key, record, session), message).await
     }
 
     /// [`Sessions::start_turn`] on a session the caller has read.
     pub async fn start_turn_on(&self, loaded: Loaded, message: ChatMessage) -> Result<Started, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let earlier = session.trace_parent().map(str::to_string);
-        let events = session.start_turn(message, self.request_trace())?;
-        self.activate(&key, Some(&record), session, events, earlier).await
+        let earlier = loaded.session.trace_parent().map(str::to_string);
+        let trace = self.request_trace();
+        let Starting { key, record, session, events, conversation } = loaded.start(|s| s.start_turn(message, trace))?;
+        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
+        Ok(Started { conversation, ..started })
     }
 
     /// Drops the last answer of a session the caller has read and answers
     /// its user message again, on this replica ([`Session::regenerate`]):
     /// the rewritten conversation and the new turn's start are one commit.
     pub async fn regenerate_on(&self, loaded: Loaded) -> Result<Started, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let earlier = session.trace_parent().map(str::to_string);
-        let events = session.regenerate(self.request_trace())?;
-        self.activate(&key, Some(&record), session, events, earlier).await
+        let earlier = loaded.session.trace_parent().map(str::to_string);
+        let trace = self.request_trace();
+        let Starting { key, record, session, events, conversation } = loaded.start(|s| s.regenerate(trace))?;
+        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
+        Ok(Started { conversation, ..started })
     }
 
     /// Resumes a paused turn with the client's answers: every pending
@@ -88,26 +138,26 @@ impl Sessions {
     pub async fn resume(&self, principal: &Principal, id: &str, answers: Answers) -> Result<Started, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, true).await?;
-        self.resume_on(Loaded { key, record, session }, answers).await
+        self.resume_on(Loaded::new(key, record, session), answers).await
     }
 
     /// [`Sessions::resume`] on a session the caller has read.
     pub async fn resume_on(&self, loaded: Loaded, answers: Answers) -> Result<Started, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let earlier = session.trace_parent().map(str::to_string);
-        let events = session.resume(&answers, self.request_trace())?;
+        let earlier = loaded.session.trace_parent().map(str::to_string);
+        let trace = self.request_trace();
+        let Starting { key, record, session, events, conversation } = loaded.start(|s| s.resume(&answers, trace))?;
         let dialect = session.dialect().to_string();
         let started = self.activate(&key, Some(&record), session, events, earlier).await?;
         self.metrics().resume(&dialect);
-        Ok(started)
+        Ok(Started { conversation, ..started })
     }
 
     /// Starts a turn on a session the caller has read that only compacts its
     /// conversation (zot's `compact`), on this replica.
     pub async fn start_compaction_on(&self, loaded: Loaded) -> Result<Started, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let earlier = session.trace_parent().map(str::to_string);
-        let events = session.start_compaction(self.request_trace())?;
+        let earlier = loaded.session.trace_parent().map(str::to_string);
+        let trace = self.request_trace();
+        let Starting { key, record, session, events, .. } = loaded.start(|s| s.start_compaction(trace))?;
         self.activate(&key, Some(&record), session, events, earlier).await
     }
 
@@ -119,8 +169,7 @@ impl Sessions {
         loaded: Loaded,
         transition: impl FnOnce(&mut Session) -> Result<Vec<crate::domain::EventKind>, crate::domain::Refused>,
     ) -> Result<Session, SessionError> {
-        let Loaded { key, record, mut session } = loaded;
-        let events = transition(&mut session)?;
+        let Starting { key, record, mut session, events, .. } = loaded.start(transition)?;
         let commit = self.session_commit(&key, fence_of(&record), &session, &events)?;
         self.commit_one(commit).await?;
         session.conversation_saved();

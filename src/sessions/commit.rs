@@ -1,16 +1,49 @@
 //! From a transition to a commit, and from a commit to a running turn:
 //! how the service writes what a command or a takeover did to a session
 //! (its state, new messages and events in one fenced commit), reads a
-//! stored session back, and hands a session it now owns to the runner.
+//! stored session back, and hands a session it now owns to the runner
+//! (the request that started it follows the [`Started`] turn).
 
 use tracing::Instrument as _;
 
-use super::{RunHandle, Running, SessionError, Sessions, Started, Stop, main_agent, ownership, stamp};
+use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp};
 use crate::{
     domain::{ChatMessage, EventKind, Session},
     store::{Commit, CommitError, Committed, Conflict, Fence, OwnerChange, Record, SessionKey, StateWrite, StoreError},
     telemetry::{attributes as attr, trace},
 };
+
+/// A turn this replica just started or resumed: the session and the
+/// cursor before the turn's events. [`Sessions::follow_started`] follows it
+/// without the reads [`Sessions::follow`] makes: the start checked access,
+/// and its commit put every event after the cursor in the log.
+#[derive(Debug)]
+#[must_use = "a started turn is followed (or its events are read later by cursor)"]
+pub struct Started {
+    pub(super) key: SessionKey,
+    pub(super) cursor: u64,
+    /// The conversation as the start committed it, when the command asked
+    /// for it ([`super::Loaded::restate`]).
+    pub(super) conversation: Option<Vec<ChatMessage>>,
+}
+
+impl Started {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.key.id
+    }
+
+    /// The seq before the turn's events.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The conversation as the start committed it (the user's message or
+    /// the client's answers included), when the command asked for it.
+    pub fn conversation(&self) -> Option<&[ChatMessage]> {
+        self.conversation.as_deref()
+    }
+}
 
 impl Sessions {
     /// Commits `session`'s transition (its `events`) made by a request on
@@ -48,7 +81,7 @@ impl Sessions {
         if !draining {
             self.spawn_runner(key.clone(), session, committed, None, link);
         }
-        Ok(Started { key: key.clone(), cursor: committed.first_seq - 1 })
+        Ok(Started { key: key.clone(), cursor: committed.first_seq - 1, conversation: None })
     }
 
     /// A commit of `session` as it stands (state, new messages) and `events`.

@@ -10,7 +10,7 @@
 use super::{NewSession, SessionError, Sessions, Started};
 use crate::{
     auth::Principal,
-    domain::{ChatMessage, Session},
+    domain::{ChatMessage, RunInput, Session},
     store::SessionKey,
 };
 
@@ -25,10 +25,29 @@ impl Sessions {
         history: Vec<ChatMessage>,
         message: ChatMessage,
     ) -> Result<Started, SessionError> {
+        self.start_conversation_run(principal, new, history, message, None).await
+    }
+
+    /// [`Sessions::start_conversation`] for a client that declares its run
+    /// (AG-UI): `run` begins on the new session (its tools, context and
+    /// state) in the same commit, its events after the start's.
+    pub async fn start_conversation_run(
+        &self,
+        principal: &Principal,
+        new: NewSession,
+        history: Vec<ChatMessage>,
+        message: ChatMessage,
+        run: Option<RunInput>,
+    ) -> Result<Started, SessionError> {
         let mut session = Session::new(self.spec(principal, new));
         tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
         session.seed(history)?;
-        let events = session.start_turn(message, self.request_trace())?;
+        let declared = match run {
+            Some(run) => session.begin_run(run)?,
+            None => Vec::new(),
+        };
+        let mut events = session.start_turn(message, self.request_trace())?;
+        events.extend(declared);
         let key = SessionKey::new(principal.tenant.clone(), session.id());
         self.activate(&key, None, session, events, None).await
     }

@@ -21,6 +21,7 @@ mod commit;
 mod conversation;
 mod follower;
 pub mod hub;
+mod join;
 mod ownership;
 mod resume;
 mod run;
@@ -38,7 +39,9 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::{
     commands::Loaded,
+    commit::Started,
     hub::{EventHub, FollowItem, Follower},
+    join::Joined,
     resume::{FindError, ResumeLookup},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
@@ -122,29 +125,6 @@ pub struct SessionView {
     pub last_seq: u64,
     /// The seq before the current (or last) turn's stream began.
     pub turn_start_seq: u64,
-}
-
-/// A turn this replica just started or resumed: the session and the
-/// cursor before the turn's events. [`Sessions::follow_started`] follows it
-/// without the reads [`Sessions::follow`] makes: the start checked access,
-/// and its commit put every event after the cursor in the log.
-#[derive(Debug)]
-#[must_use = "a started turn is followed (or its events are read later by cursor)"]
-pub struct Started {
-    key: SessionKey,
-    cursor: u64,
-}
-
-impl Started {
-    /// The session's id.
-    pub fn id(&self) -> &str {
-        &self.key.id
-    }
-
-    /// The seq before the turn's events.
-    pub fn cursor(&self) -> u64 {
-        self.cursor
-    }
 }
 
 #[derive(Clone)]

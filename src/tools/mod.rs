@@ -12,6 +12,10 @@
 //! server can recognise the repeat. A tool configured with
 //! `retry_on_takeover = false` is never run twice; the model is told its
 //! outcome is unknown.
+//!
+//! An HTTP tool gets the session's state (the state an AG-UI client shares
+//! with the agent) and may change it by answering a JSON Patch: see
+//! [`ToolReply`] and `http.rs`.
 
 mod http;
 
@@ -33,6 +37,23 @@ pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 pub struct CallContext<'a> {
     pub session_id: &'a str,
     pub tenant: &'a str,
+    /// The session's state as the tools phase began.
+    pub state: &'a Value,
+}
+
+/// What a server tool answered: its outcome, and the change of the
+/// session's state it asks for (a JSON Patch, RFC 6902), which the turn
+/// applies with the result ([`crate::domain::Session::finish_tool`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    pub outcome: ToolOutcome,
+    pub state_delta: Option<json_patch::Patch>,
+}
+
+impl From<ToolOutcome> for ToolReply {
+    fn from(outcome: ToolOutcome) -> Self {
+        Self { outcome, state_delta: None }
+    }
 }
 
 pub struct ServerTools {
@@ -65,13 +86,13 @@ impl ServerTools {
             .collect()
     }
 
-    pub async fn call(&self, tool: &ToolConfig, call: &ToolCall, context: &CallContext<'_>) -> ToolOutcome {
+    pub async fn call(&self, tool: &ToolConfig, call: &ToolCall, context: &CallContext<'_>) -> ToolReply {
         let arguments: Value = match serde_json::from_str(&call.arguments) {
             Ok(arguments) => arguments,
-            Err(e) => return ToolOutcome::error(format!("the arguments are not valid JSON: {e}")),
+            Err(e) => return ToolOutcome::error(format!("the arguments are not valid JSON: {e}")).into(),
         };
         match &tool.target {
-            ToolTarget::BuiltinDemo => demo(&tool.name, &arguments),
+            ToolTarget::BuiltinDemo => demo(&tool.name, &arguments).into(),
             ToolTarget::Http { url } => http::call(&self.http, url, tool, call, arguments, context).await,
         }
     }

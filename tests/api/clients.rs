@@ -86,6 +86,7 @@ async fn the_ag_ui_client_runs_a_thread_through_a_frontend_tool_and_an_approval_
         event_types(&runs[0]),
         [
             "RUN_STARTED",
+            "STEP_STARTED",
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TOOL_CALL_START",
@@ -93,6 +94,7 @@ async fn the_ag_ui_client_runs_a_thread_through_a_frontend_tool_and_an_approval_
             "TOOL_CALL_ARGS",
             "TEXT_MESSAGE_END",
             "TOOL_CALL_END",
+            "STEP_FINISHED",
             "RUN_FINISHED"
         ]
     );

@@ -7,6 +7,7 @@ mod sse;
 mod support;
 
 mod access;
+mod ag_ui;
 mod ai_sdk_clients;
 mod ai_sdk_regenerate;
 mod auth;

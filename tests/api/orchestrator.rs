@@ -52,6 +52,12 @@ name = "big"
 url = "{big}"
 permission = "allow"
 
+[[tools]]
+name = "bump"
+description = "Count one more in the shared state"
+url = "{bump}"
+permission = "allow"
+
 [models.small]
 provider = "openai"
 base_url = "{base}"
@@ -77,6 +83,7 @@ continue_partial = true
         refund = tools.url("refund"),
         wipe = tools.url("wipe"),
         big = tools.url("big"),
+        bump = tools.url("bump"),
         base = upstream.base_url(),
     );
     let mut apps = Vec::new();

@@ -174,7 +174,7 @@ fn tool_round(
     let call = ToolCall { id: format!("c{i}"), name: "lookup".into(), arguments: r#"{"id":"42"}"#.into() };
     let step = StepOutput { text: text.to_string(), calls: vec![call], ..StepOutput::default() };
     let mut events = session.complete_step(step, vec![CallDecision::Run], PermissionRules::default())?;
-    events.extend(session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.to_string()), None)?);
+    events.extend(session.finish_tool(&format!("c{i}"), ToolOutcome::Success(output.to_string()), None, None)?);
     Ok(events)
 }
 

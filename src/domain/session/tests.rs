@@ -179,18 +179,18 @@ fn finish_tool_gives_a_running_call_its_result_once() {
     session
         .complete_step(step(vec![call("c1", "lookup")]), vec![CallDecision::Run], PermissionRules::default())
         .unwrap();
-    let events = session.finish_tool("c1", ToolOutcome::Success("found".into()), None).unwrap();
+    let events = session.finish_tool("c1", ToolOutcome::Success("found".into()), None, None).unwrap();
     assert_eq!(types(&events), ["tool_result"]);
     assert!(session.calls_done());
     assert_eq!(session.call("c1").unwrap().result(), Some(ToolStatus::Success));
-    refused_invalid(session.finish_tool("c1", ToolOutcome::Success("again".into()), None));
-    refused_invalid(session.finish_tool("nope", ToolOutcome::Success("x".into()), None));
+    refused_invalid(session.finish_tool("c1", ToolOutcome::Success("again".into()), None, None));
+    refused_invalid(session.finish_tool("nope", ToolOutcome::Success("x".into()), None, None));
 }
 
 #[test]
 fn finish_tool_is_refused_when_no_turn_runs() {
     let mut session = paused();
-    refused_conflict(session.finish_tool("c1", ToolOutcome::Success("x".into()), None));
+    refused_conflict(session.finish_tool("c1", ToolOutcome::Success("x".into()), None, None));
 }
 
 #[test]

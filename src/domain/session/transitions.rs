@@ -339,12 +339,17 @@ impl Session {
     }
 
     /// A permitted call finished (its output already cut to fit the window;
-    /// `truncation` says how, if it was).
+    /// `truncation` says how, if it was). A tool's `state_delta` (a JSON
+    /// Patch of the session's state) is applied with its result: then
+    /// `state_updated` comes before the `tool_result`. A patch that does
+    /// not apply changes nothing and turns the result into an error that
+    /// says so, for the model.
     pub fn finish_tool(
         &mut self,
         tool_call_id: &str,
         outcome: ToolOutcome,
         truncation: Option<Truncation>,
+        state_delta: Option<&json_patch::Patch>,
     ) -> Result<Vec<EventKind>, Refused> {
         if !self.status.is_active() {
             return conflict(format!("the session is {}: no tool runs", self.status.as_str()));
@@ -353,7 +358,9 @@ impl Session {
             return invalid(format!("tool call {tool_call_id:?} is not running"));
         }
         self.turn_state.truncations.extend(truncation);
-        Ok(self.answer(tool_call_id, outcome))
+        let (mut events, outcome) = self.apply_state_delta(outcome, state_delta);
+        events.extend(self.answer(tool_call_id, outcome));
+        Ok(events)
     }
 
     /// A decision on a live relay, taken on any replica.

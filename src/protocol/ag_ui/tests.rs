@@ -5,33 +5,36 @@ use crate::protocol::testing::{
     RESTARTED_ANSWER, all_data, doc_at, event, restarted_turn, subagent_event, types, usage,
 };
 
-fn encode_all(encoder: &mut AgUiEncoder, events: Vec<EventKind>) -> Vec<Value> {
+pub(super) fn encode_all(encoder: &mut AgUiEncoder, events: Vec<EventKind>) -> Vec<Value> {
     let frames: Vec<Frame> =
         events.into_iter().enumerate().flat_map(|(i, kind)| encoder.encode(&event(i as u64 + 1, kind))).collect();
     all_data(&frames)
 }
 
-fn names(events: &[Value]) -> Vec<&str> {
+pub(super) fn names(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
 
-fn call_usage() -> EventKind {
+pub(super) fn call_usage() -> EventKind {
     EventKind::Usage { usage: usage(10, 2), total: usage(10, 2) }
 }
 
-fn ended(reason: TurnEndReason) -> EventKind {
+pub(super) fn ended(reason: TurnEndReason) -> EventKind {
     EventKind::TurnEnded { reason, iterations: 1, usage: usage(10, 2) }
 }
 
 /// `verifyEvents`' rules: `RUN_STARTED` first, nothing after the run ends,
-/// content only inside its message or call, nothing open at `RUN_FINISHED`.
-fn assert_verifies(events: &[Value]) {
+/// content only inside its message or call, a step finished only once
+/// started (and never started twice at once), nothing open at
+/// `RUN_FINISHED`.
+pub(super) fn assert_verifies(events: &[Value]) {
     assert_eq!(events[0]["type"], "RUN_STARTED");
-    let (mut messages, mut calls, mut over) = (HashSet::new(), HashSet::new(), false);
+    let (mut messages, mut calls, mut steps, mut over) = (HashSet::new(), HashSet::new(), HashSet::new(), false);
     for e in events {
         assert!(!over, "{e} after the run ended");
         let message = e["messageId"].as_str().unwrap_or_default().to_string();
         let call = e["toolCallId"].as_str().unwrap_or_default().to_string();
+        let step = e["stepName"].as_str().unwrap_or_default().to_string();
         assert!(e["timestamp"].is_u64(), "{e}");
         match e["type"].as_str().unwrap() {
             "TEXT_MESSAGE_START" | "REASONING_MESSAGE_START" => assert!(messages.insert(message), "{e} twice"),
@@ -40,8 +43,13 @@ fn assert_verifies(events: &[Value]) {
             "TOOL_CALL_START" => assert!(calls.insert(call), "{e} twice"),
             "TOOL_CALL_ARGS" => assert!(calls.contains(&call), "{e}"),
             "TOOL_CALL_END" => assert!(calls.remove(&call), "{e}"),
+            "STEP_STARTED" => assert!(steps.insert(step), "{e} while open"),
+            "STEP_FINISHED" => assert!(steps.remove(&step), "{e} not started"),
             "RUN_FINISHED" => {
-                assert!(messages.is_empty() && calls.is_empty(), "open at the end: {messages:?} {calls:?}");
+                assert!(
+                    messages.is_empty() && calls.is_empty() && steps.is_empty(),
+                    "open at the end: {messages:?} {calls:?} {steps:?}"
+                );
                 over = true;
             }
             "RUN_ERROR" => over = true,
@@ -77,29 +85,50 @@ fn text_and_a_tool_call_share_one_assistant_message_and_everything_closes() {
         names(&events),
         [
             "RUN_STARTED",
+            "STEP_STARTED",
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TOOL_CALL_START",
             "TOOL_CALL_ARGS",
             "TEXT_MESSAGE_END",
             "TOOL_CALL_END",
+            "STEP_FINISHED",
+            "STEP_STARTED",
             "TOOL_CALL_RESULT",
+            "STEP_FINISHED",
+            "STEP_STARTED",
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_END",
+            "STEP_FINISHED",
             "RUN_FINISHED"
         ]
     );
     assert_eq!(events[0]["threadId"], "t1");
-    assert_eq!(events[3]["parentMessageId"], events[1]["messageId"]);
+    assert_eq!(events[4]["parentMessageId"], events[2]["messageId"]);
+    let steps: Vec<(&str, &str)> = (events.iter())
+        .filter(|e| e["stepName"].is_string())
+        .map(|e| (e["type"].as_str().unwrap(), e["stepName"].as_str().unwrap()))
+        .collect();
     assert_eq!(
-        events[7],
+        steps,
+        [
+            ("STEP_STARTED", "model"),
+            ("STEP_FINISHED", "model"),
+            ("STEP_STARTED", "lookup"),
+            ("STEP_FINISHED", "lookup"),
+            ("STEP_STARTED", "model"),
+            ("STEP_FINISHED", "model")
+        ]
+    );
+    assert_eq!(
+        events[10],
         json!({"type": "TOOL_CALL_RESULT", "messageId": "result-c1", "toolCallId": "c1", "content": "found",
                "role": "tool", "timestamp": 1})
     );
-    assert_eq!(events[11]["outcome"], json!({"type": "success"}));
+    assert_eq!(events[17]["outcome"], json!({"type": "success"}));
     assert_eq!(
-        events[11]["usage"],
+        events[17]["usage"],
         json!([{"model": "fast", "inputTokens": 10, "outputTokens": 2, "totalTokens": 12}])
     );
     assert_verifies(&events);
@@ -173,8 +202,8 @@ fn results_the_client_sent_are_not_echoed_and_its_calls_are_not_reopened() {
             ended(TurnEndReason::Final),
         ],
     );
-    assert_eq!(names(&events), ["RUN_STARTED", "TOOL_CALL_RESULT", "RUN_FINISHED"]);
-    assert_eq!(events[1]["content"], r#"{"refunded":true}"#, "content is a string");
+    assert_eq!(names(&events), ["RUN_STARTED", "STEP_STARTED", "TOOL_CALL_RESULT", "STEP_FINISHED", "RUN_FINISHED"]);
+    assert_eq!(events[2]["content"], r#"{"refunded":true}"#, "content is a string");
     assert_verifies(&events);
 }
 
@@ -193,8 +222,12 @@ fn an_error_is_the_last_event_and_a_cancel_is_a_cancelled_outcome() {
             ended(TurnEndReason::Failed),
         ],
     );
-    assert_eq!(names(&events), ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "RUN_ERROR"]);
-    assert_eq!(events[3]["code"], "upstream_error");
+    assert_eq!(
+        names(&events),
+        ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "RUN_ERROR"],
+        "an open step needs no finish before RUN_ERROR"
+    );
+    assert_eq!(events[4]["code"], "upstream_error");
     assert_verifies(&events);
     assert!(failed.failure("recovery_failed", "gone").is_empty(), "nothing after RUN_ERROR");
 
@@ -216,7 +249,7 @@ fn subagent_events_are_not_shown() {
 /// send: text messages, and `MESSAGES_SNAPSHOT`, which keeps (updated) the
 /// messages it lists, drops the others but reasoning ones when it lists
 /// none, and appends the listed ones the client lacks.
-fn apply(mut messages: Vec<Value>, events: &[Value]) -> Vec<Value> {
+pub(super) fn apply(mut messages: Vec<Value>, events: &[Value]) -> Vec<Value> {
     for e in events {
         match e["type"].as_str().unwrap() {
             "TEXT_MESSAGE_START" | "REASONING_MESSAGE_START" => {
@@ -281,14 +314,15 @@ fn a_restarted_step_is_a_snapshot_of_the_conversation_before_it_and_a_new_messag
     let events = restarted_run(Some(&doc_at("m", 2, history)));
     assert_verifies(&events);
     let at = events.iter().position(|e| e["type"] == "CUSTOM").unwrap();
-    let restart = &events[at - 1..=at + 1];
+    let restart = &events[at - 2..=at + 1];
     assert_eq!(
         restart.iter().map(|e| e["type"].as_str().unwrap()).collect::<Vec<_>>(),
-        ["TEXT_MESSAGE_END", "CUSTOM", "MESSAGES_SNAPSHOT"]
+        ["TEXT_MESSAGE_END", "STEP_FINISHED", "CUSTOM", "MESSAGES_SNAPSHOT"],
+        "the cut step is over; the regenerated one is a step of its own"
     );
-    assert_eq!(restart[1]["value"], json!({"step": 1}));
+    assert_eq!(restart[2]["value"], json!({"step": 1}));
     assert_eq!(
-        restart[2]["messages"],
+        restart[3]["messages"],
         json!([{"id": "history-0", "role": "user", "content": "earlier"},
                {"id": "history-1", "role": "assistant", "content": "before"},
                {"id": "history-2", "role": "user", "content": "go"}])

@@ -318,7 +318,9 @@ impl Encoder for HolmesEncoder {
             | EventKind::ReasoningDelta { .. }
             | EventKind::RelayRequested(_)
             | EventKind::RelayDecided { .. }
-            | EventKind::AnswerDropped { .. } => {}
+            | EventKind::AnswerDropped { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => {}
         }
         out
     }

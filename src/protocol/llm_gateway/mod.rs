@@ -204,7 +204,9 @@ impl LlmGatewayEncoder {
             | EventKind::StepRestarted { .. }
             | EventKind::CompactionStarted { .. }
             | EventKind::CompactionDone { .. }
-            | EventKind::AnswerDropped { .. } => None,
+            | EventKind::AnswerDropped { .. }
+            | EventKind::StateReplaced { .. }
+            | EventKind::StateUpdated { .. } => None,
         };
         if shown.is_some() && !main && !self.subagents.contains_key(&agent.agent_id) {
             self.subagents.insert(agent.agent_id.clone(), agent.clone());

@@ -114,6 +114,10 @@ impl SessionStore for RedisStore {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(self.keys.state(key));
         if history {
+            // One transaction (both keys share a hash tag): the conversation
+            // is the one the state's counters describe, never one a commit
+            // between the two reads changed.
+            pipe.atomic();
             pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
         }
         let (fields, messages): (HashMap<String, String>, Option<Vec<String>>) = if history {

@@ -88,8 +88,8 @@ impl RawSse {
 }
 
 /// Replaces run-specific values with placeholders: the given strings, every
-/// `"ts":<digits>` and every `"time":"<string>"`. Heartbeat comments are
-/// dropped.
+/// `"ts":<digits>` and `"timestamp":<digits>` (AG-UI's), and every
+/// `"time":"<string>"`. Heartbeat comments are dropped.
 pub fn normalise(text: &str, replacements: &[(&str, &str)]) -> String {
     let mut out = text.replace("\r\n", "\n");
     for (from, to) in replacements {
@@ -104,18 +104,26 @@ pub fn normalise(text: &str, replacements: &[(&str, &str)]) -> String {
         rest = &tail[tail.find('"').unwrap_or(tail.len())..];
     }
     timeless.push_str(rest);
-    let out = timeless;
-    let mut masked = String::with_capacity(out.len());
-    let mut rest = out.as_str();
-    while let Some(at) = rest.find("\"ts\":") {
-        let (head, tail) = rest.split_at(at + "\"ts\":".len());
+    let masked = mask_numbers(&mask_numbers(&timeless, "ts"), "timestamp");
+    masked.lines().filter(|l| !l.starts_with(':')).map(|l| format!("{l}\n")).collect()
+}
+
+/// Every `"<key>":<digits>` of `text` as `"<key>":"<<key>>"`.
+fn mask_numbers(text: &str, key: &str) -> String {
+    let field = format!("\"{key}\":");
+    let mut masked = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&field) {
+        let (head, tail) = rest.split_at(at + field.len());
         masked.push_str(head);
         let digits = tail.chars().take_while(char::is_ascii_digit).count();
-        masked.push_str(if digits > 0 { "\"<ts>\"" } else { "" });
+        if digits > 0 {
+            masked.push_str(&format!("\"<{key}>\""));
+        }
         rest = &tail[digits..];
     }
     masked.push_str(rest);
-    masked.lines().filter(|l| !l.starts_with(':')).map(|l| format!("{l}\n")).collect()
+    masked
 }
 
 /// Compares `actual` with `tests/api/golden/<name>`, or writes it there

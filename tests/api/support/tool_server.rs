@@ -1,7 +1,9 @@
 //! A counting HTTP tool server: `POST /tools/{name}` records the call and
 //! answers with the tool's scripted response (by default an echo of the
 //! arguments). Tests assert how often each tool ran (0 proves a permission
-//! stopped it).
+//! stopped it). A tool can be held: its calls are counted on arrival and
+//! answered only once the test releases them, so a turn stays in its tools
+//! phase as long as a test needs.
 
 use std::{
     collections::HashMap,
@@ -18,13 +20,17 @@ use axum::{
     routing::post,
 };
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
 pub enum ToolReply {
     Text(String),
     Status(u16, String),
+    /// Counts in the session's state: reads the number at this JSON
+    /// Pointer of the `state` it is sent (0 if none) and answers
+    /// `{"was": n, "state_delta": [add n + 1 there]}`.
+    Counter(String),
 }
 
 #[derive(Default)]
@@ -32,6 +38,8 @@ struct Shared {
     /// (tool, body, traceparent header)
     calls: Mutex<Vec<(String, Value, Option<String>)>>,
     replies: Mutex<HashMap<String, ToolReply>>,
+    /// Held tools: a call waits for a permit before it is answered.
+    holds: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 pub struct ToolServer {
@@ -62,6 +70,17 @@ impl ToolServer {
 
     pub fn reply(&self, tool: &str, reply: ToolReply) {
         self.shared.replies.lock().unwrap().insert(tool.to_string(), reply);
+    }
+
+    /// Holds `tool`'s calls until [`ToolServer::release`] lets them answer.
+    pub fn hold(&self, tool: &str) {
+        self.shared.holds.lock().unwrap().insert(tool.to_string(), Arc::new(Semaphore::new(0)));
+    }
+
+    /// Lets `n` held calls of `tool` answer.
+    pub fn release(&self, tool: &str, n: usize) {
+        let hold = self.shared.holds.lock().unwrap().get(tool).cloned().expect("the tool is held");
+        hold.add_permits(n);
     }
 
     /// How many times `tool` was called.
@@ -112,9 +131,18 @@ async fn handle(
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_string);
     shared.calls.lock().unwrap().push((name.clone(), body.clone(), traceparent));
     count.send_modify(|c| *c += 1);
+    let hold = shared.holds.lock().unwrap().get(&name).cloned();
+    if let Some(hold) = hold {
+        hold.acquire().await.expect("the hold stays open").forget();
+    }
     match reply {
         Some(ToolReply::Text(text)) => text.into_response(),
         Some(ToolReply::Status(status, text)) => (StatusCode::from_u16(status).unwrap(), text).into_response(),
+        Some(ToolReply::Counter(pointer)) => {
+            let was = body["state"].pointer(&pointer).and_then(Value::as_u64).unwrap_or(0);
+            let delta = json!([{"op": "add", "path": pointer, "value": was + 1}]);
+            Json(json!({"was": was, "state_delta": delta})).into_response()
+        }
         None => Json(json!({"tool": name, "echo": body["arguments"]})).into_response(),
     }
 }

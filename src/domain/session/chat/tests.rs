@@ -36,7 +36,7 @@ fn answered() -> Session {
     let mut session = new_session();
     session.start_turn(ChatMessage::text(Role::User, "first?"), None).unwrap();
     session.complete_step(step("", vec![lookup("c1")]), vec![CallDecision::Run], PermissionRules::default()).unwrap();
-    session.finish_tool("c1", ToolOutcome::Success("found".into()), None).unwrap();
+    session.finish_tool("c1", ToolOutcome::Success("found".into()), None, None).unwrap();
     session.complete_step(step("First.", vec![]), vec![], PermissionRules::default()).unwrap();
     session.end(TurnEndReason::Final).unwrap();
     session.conversation_saved();
