@@ -19,6 +19,7 @@
 mod commands;
 mod commit;
 mod conversation;
+mod error;
 mod follower;
 pub mod hub;
 mod ownership;
@@ -38,6 +39,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::{
     commands::Loaded,
+    error::SessionError,
     hub::{EventHub, FollowItem, Follower},
     resume::{FindError, ResumeLookup},
     run::{Emitter, Inbox, RunHandle, Stop},
@@ -51,8 +53,8 @@ use self::{
 use crate::{
     auth::Principal,
     config::Config,
-    domain::{AgentRef, Event, EventKind, Refused, Session, SessionOptions, SessionSpec, now_ms},
-    store::{Commit, Fence, Notice, Record, SessionKey, Store, StoreError},
+    domain::{AgentRef, Event, EventKind, Session, SessionOptions, SessionSpec, now_ms},
+    store::{Commit, Fence, Notice, Record, SessionKey, Store},
     telemetry::{attributes as attr, metrics::Metrics, trace},
 };
 
@@ -69,39 +71,6 @@ pub struct NewSession {
     /// The dialect it comes through (for logs and metrics).
     pub dialect: &'static str,
     pub options: SessionOptions,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("session not found")]
-    NotFound,
-    #[error("relay not found")]
-    RelayNotFound,
-    /// The relay's decision was already taken (by another request, or the
-    /// relay's turn has moved on): of racing decisions one wins.
-    #[error("this relay was already decided")]
-    RelayDecided,
-    /// A tenant quota (concurrent sessions) is used up.
-    #[error("{message}")]
-    RateLimited { message: String, retry_after_secs: u64 },
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Invalid(String),
-    /// The cursor is older than what the log retains.
-    #[error("events after {after} are no longer retained (oldest kept: {first_seq})")]
-    CursorExpired { after: u64, first_seq: u64 },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl From<Refused> for SessionError {
-    fn from(refused: Refused) -> Self {
-        match refused {
-            Refused::Conflict(message) => Self::Conflict(message),
-            Refused::Invalid(message) => Self::Invalid(message),
-        }
-    }
 }
 
 /// Runs turns: the orchestrator. Called on the replica that owns the
