@@ -192,6 +192,7 @@ fn view(view: &SessionView) -> Value {
     let session = &view.session;
     json!({
         "id": session.id(),
+        "title": session.title(),
         "status": session.status().as_str(),
         "model": session.model(),
         "turn": session.turn(),

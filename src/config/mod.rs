@@ -130,6 +130,9 @@ pub struct AgentConfig {
     /// The model of requests that name none, for tenants without their own
     /// `default_model` that may use it.
     pub default_model: Option<String>,
+    /// Sessions get a title after their first exchange (one short model
+    /// call, charged to the tenant); default on.
+    pub titles: bool,
 }
 
 #[derive(Debug, Clone)]

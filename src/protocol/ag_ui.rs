@@ -270,6 +270,8 @@ impl AgUiEncoder {
                 }
                 self.over = true;
             }
+            // Titles are not part of a run.
+            EventKind::TitleUpdated { .. } => {}
             _ => {}
         }
     }

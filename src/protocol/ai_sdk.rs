@@ -264,7 +264,9 @@ impl AiSdkEncoder {
                 }
                 out.push(finish);
             }
-            EventKind::CompactionStarted { .. } | EventKind::CompactionDone { .. } => {}
+            // The UI message stream has no title part; the stream ended at `finish`.
+            EventKind::CompactionStarted { .. } | EventKind::CompactionDone { .. } | EventKind::TitleUpdated { .. } => {
+            }
         }
     }
 }

@@ -196,7 +196,8 @@ impl Encoder for ZotEncoder {
             | EventKind::Resumed { .. }
             | EventKind::RelayDecided { .. }
             | EventKind::CompactionStarted { .. }
-            | EventKind::CompactionDone { .. } => {}
+            | EventKind::CompactionDone { .. }
+            | EventKind::TitleUpdated { .. } => {}
         }
         out
     }

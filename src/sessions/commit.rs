@@ -119,7 +119,11 @@ impl Sessions {
             self.inner.metrics.takeovers.inc();
         }
         let running = Running::new(self.inner.shutdown.child_token(), committed.epoch);
-        self.inner.running.insert(key.clone(), running.clone());
+        // An earlier tenure here (a title phase a new turn took the session
+        // from) stops: its commits are fenced anyway.
+        if let Some(earlier) = self.inner.running.insert(key.clone(), running.clone()) {
+            earlier.stop(Stop::Lost);
+        }
         let sessions = self.clone();
         let metrics = self.inner.metrics.clone();
         self.inner.tasks.spawn(

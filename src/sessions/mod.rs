@@ -11,6 +11,9 @@
 //! agent loop: a [`TurnRunner`] does (the orchestrator), given a
 //! [`RunHandle`].
 //!
+//! Following a session for the title its turn's end announced is
+//! `title.rs`.
+//!
 //! Access rule: a session is visible to its tenant's subject that created
 //! it, and to that tenant's tokens with the `sessions:admin` scope.
 //! Anything else — another subject, another tenant, a missing id — is the
@@ -25,6 +28,7 @@ pub mod hub;
 mod ownership;
 mod resume;
 mod run;
+mod title;
 mod writer;
 
 use std::sync::{
@@ -302,7 +306,7 @@ impl Sessions {
     async fn view(&self, principal: &Principal, id: &str, history: bool) -> Result<SessionView, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, history).await?;
-        if session.status().is_active() {
+        if session.needs_owner() {
             ownership::take_over_if_orphaned(self, &key, &record).await;
         }
         let replica = record.owner.as_ref().or(record.last_owner.as_ref());
@@ -363,7 +367,7 @@ impl Sessions {
                 return Err(SessionError::CursorExpired { after, first_seq: bounds.first_seq });
             }
         }
-        if session.status().is_active() {
+        if session.needs_owner() {
             ownership::take_over_if_orphaned(self, &key, record).await;
         }
         Ok(self.inner.hub.follow(key, context_from, after, !session.status().is_active()).await)

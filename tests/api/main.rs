@@ -30,3 +30,4 @@ mod providers;
 mod restarts;
 mod sessions;
 mod store_contract;
+mod titles;

@@ -317,7 +317,8 @@ impl Encoder for HolmesEncoder {
             EventKind::TextDelta { .. }
             | EventKind::ReasoningDelta { .. }
             | EventKind::RelayRequested(_)
-            | EventKind::RelayDecided { .. } => {}
+            | EventKind::RelayDecided { .. }
+            | EventKind::TitleUpdated { .. } => {}
         }
         out
     }
