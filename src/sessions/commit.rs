@@ -61,6 +61,9 @@ impl Sessions {
     ) -> Result<Commit, SessionError> {
         self.observe(events);
         let mut commit = Commit::new(key.clone(), fence, self.instance());
+        if commit.fence == Fence::Absent {
+            commit.listing = Some(listing(session));
+        }
         commit.state = Some(state_write(session)?);
         commit.messages = messages_write(session)?;
         commit.events = events.iter().map(|kind| encode_event(kind.clone())).collect::<Result<_, _>>()?;
@@ -161,6 +164,11 @@ pub(super) fn fence_of(record: &Record) -> Fence {
         epoch: record.epoch,
         last_seq: record.last_seq,
     }
+}
+
+/// The list entries of a session being created (see [`crate::store::Catalog`]).
+pub(super) fn listing(session: &Session) -> crate::store::Listing {
+    crate::store::Listing { subject: session.subject().to_string(), created_ms: session.created_ms() }
 }
 
 pub(super) fn state_write(session: &Session) -> Result<StateWrite, SessionError> {

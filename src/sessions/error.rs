@@ -20,6 +20,9 @@ pub enum SessionError {
     Conflict(String),
     #[error("{0}")]
     Invalid(String),
+    /// The credential lacks a scope the request needs.
+    #[error("{0}")]
+    Forbidden(String),
     /// The cursor is older than what the log retains.
     #[error("events after {after} are no longer retained (oldest kept: {first_seq})")]
     CursorExpired { after: u64, first_seq: u64 },

@@ -11,8 +11,8 @@
 //! agent loop: a [`TurnRunner`] does (the orchestrator), given a
 //! [`RunHandle`].
 //!
-//! Following a session for the title its turn's end announced is
-//! `title.rs`.
+//! Listing a caller's sessions and deleting one is `listing.rs`; following
+//! a session for the title its turn's end announced, `title.rs`.
 //!
 //! Access rule: a session is visible to its tenant's subject that created
 //! it, and to that tenant's tokens with the `sessions:admin` scope.
@@ -25,6 +25,7 @@ mod conversation;
 mod error;
 mod follower;
 pub mod hub;
+mod listing;
 mod ownership;
 mod resume;
 mod run;
@@ -45,6 +46,7 @@ pub use self::{
     commands::Loaded,
     error::SessionError,
     hub::{EventHub, FollowItem, Follower},
+    listing::{ListRequest, Page},
     resume::{FindError, ResumeLookup},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
@@ -276,6 +278,7 @@ impl Sessions {
         let key = SessionKey::new(principal.tenant.clone(), session.id());
         let mut commit = Commit::new(key, Fence::Absent, self.instance());
         commit.state = Some(state_write(&session)?);
+        commit.listing = Some(commit::listing(&session));
         self.commit_one(commit).await?;
         Ok(session)
     }

@@ -28,6 +28,7 @@ mod orchestrator;
 mod orchestrator_limits;
 mod providers;
 mod restarts;
+mod session_list;
 mod sessions;
 mod store_contract;
 mod titles;

@@ -2,7 +2,7 @@
 //! session; `title-updated` (Cosmo) / `title_updated` (native) arrives once,
 //! after the turn's `done` / `turn_ended`, on the stream of that turn and on
 //! any stream rejoined after it, on any replica; the title is in the
-//! session's view. Later turns do not re-title; a failed
+//! session's view and in the list. Later turns do not re-title; a failed
 //! call falls back to the first words of the first message; an owner that
 //! dies between the turn's end and the title leaves it to the replica that
 //! takes the session over; a new turn started meanwhile brings the title
@@ -55,6 +55,12 @@ async fn view(w: &World, on: usize, id: &str) -> Value {
     response.json().await.unwrap()
 }
 
+async fn listed_title(w: &World, id: &str) -> Value {
+    let list: Value = w.apps[0].get("/v1/sessions", Some(&w.token)).await.json().await.unwrap();
+    let entry = list["sessions"].as_array().unwrap().iter().find(|s| s["id"] == id).cloned();
+    entry.unwrap_or_else(|| panic!("{id} is not listed: {list}"))["title"].clone()
+}
+
 /// The whole log in the native format, from any replica.
 async fn native_log(w: &World, on: usize, id: &str) -> Vec<Frame> {
     SseReader::new(w.apps[on].events(&w.token, id, Some(0)).await).rest().await
@@ -85,6 +91,7 @@ async fn a_cosmo_first_exchange_ends_with_done_then_title_updated_once() {
     assert!(request["max_tokens"].as_u64().unwrap() <= 64, "{request}");
 
     assert_eq!(view(&w, 0, &id).await["title"], "Order 42 delivery");
+    assert_eq!(listed_title(&w, &id).await, "Order 42 delivery");
 }
 
 #[tokio::test]
