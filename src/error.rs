@@ -214,6 +214,7 @@ impl From<crate::sessions::SessionError> for ApiError {
             }
             E::Conflict(message) => Self::conflict(message),
             E::Invalid(message) => Self::bad_request(message),
+            E::Forbidden(message) => Self::new(ErrorCode::Forbidden, message),
             e @ E::CursorExpired { .. } => Self::new(ErrorCode::RecoveryFailed, e.to_string()),
             E::Store(e @ S::Unavailable(_)) => {
                 Self::new(ErrorCode::StoreUnavailable, "the session store is not reachable")

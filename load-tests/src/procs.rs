@@ -182,6 +182,9 @@ lease_ttl_secs = {lease}
 
 [agent]
 relay_timeout_secs = 3600
+# The chats are compared with the same chats sent straight to the mock: no
+# title call after a session's first exchange.
+titles = false
 
 [[tenants]]
 id = "{TENANT}"

@@ -134,7 +134,7 @@ impl TurnRunner for BenchRunner {
             None => Err(SessionError::Invalid(format!("not a benchmark command: {message:?}"))),
         };
         let _ = match outcome {
-            Ok(()) => handle.end(|s| s.end(TurnEndReason::Final)).await,
+            Ok(()) => handle.end(|s| s.end(TurnEndReason::Final, false)).await,
             Err(_) if handle.cancelled().is_cancelled() => handle.stop().await,
             Err(e) => handle.end(|s| s.fail(FailureCode::UpstreamError, &e.to_string(), None)).await,
         };

@@ -1,5 +1,6 @@
 //! The native v1 API (`/v1/sessions…`): sessions as resources, their events
-//! as SSE with `id: <seq>`, rejoinable on any replica with `Last-Event-ID`.
+//! as SSE with `id: <seq>`, rejoinable on any replica with `Last-Event-ID`;
+//! the caller's sessions listed newest first, and deleted.
 
 use axum::{
     Json,
@@ -18,7 +19,7 @@ use crate::{
     error::ApiError,
     protocol::{Encoder, FORMATS, ai_sdk::AiSdkEncoder, encoder_for},
     providers::{ChatMessage, Role},
-    sessions::{NewSession, SessionView},
+    sessions::{ListRequest, NewSession, SessionView},
 };
 
 #[derive(Debug, Deserialize)]
@@ -203,10 +204,57 @@ pub async fn tool_results(
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }
 
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub limit: Option<usize>,
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `GET /v1/sessions?limit=&cursor=&all=`: the caller's sessions, newest
+/// first (`all=true`: the tenant's, for `sessions:admin`), and the cursor
+/// of the next page (`null` at the end).
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let request = ListRequest { limit: query.limit, cursor: query.cursor, all: query.all };
+    let page = state.sessions.list(&principal, request).await?;
+    let sessions: Vec<Value> = page.sessions.iter().map(summary).collect();
+    Ok(Json(json!({"sessions": sessions, "next_cursor": page.next})))
+}
+
+/// `DELETE /v1/sessions/{id}`: 204; a running session is a 409 (cancel it
+/// first).
+pub async fn delete(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.sessions.delete(&principal, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A session in a list: what names it and where it stands (the same fields
+/// as its full view).
+fn summary(session: &crate::domain::Session) -> Value {
+    json!({
+        "id": session.id(),
+        "title": session.title(),
+        "status": session.status().as_str(),
+        "model": session.model(),
+        "created_ms": session.created_ms(),
+        "updated_ms": session.updated_ms(),
+    })
+}
+
 fn view(view: &SessionView) -> Value {
     let session = &view.session;
     json!({
         "id": session.id(),
+        "title": session.title(),
         "status": session.status().as_str(),
         "model": session.model(),
         "turn": session.turn(),

@@ -14,6 +14,15 @@
 //! pass through the encoder without being sent, so it resumes in the state
 //! the rejoined stream was in. Nothing is stored per token for it, and
 //! other dialects pay nothing (see `Encoder::wants_turn_context`).
+//!
+//! Titles: a dialect that shows them (`Encoder::wants_title`: native,
+//! Cosmo) gets the session's title on the stream of the turn whose end
+//! announced it. The turn's frames end as always (Cosmo's `done` included);
+//! then the stream follows the session on for the title alone
+//! (`Sessions::follow_title`) and ends after it. A stream that starts after
+//! that turn's end (a rejoin) does the same when the title is still due, so
+//! the title arrives once, after `done`, on whichever replica. The wait ends
+//! at a new turn (whose end brings the title) and after [`TITLE_WAIT`].
 
 use std::{collections::VecDeque, convert::Infallible};
 
@@ -41,6 +50,10 @@ use crate::{
 /// proxies close connections that stay silent. A JSON object with a `type`
 /// of its own, which line-based consumers skip like any type they do not map.
 const NDJSON_HEARTBEAT: &[u8] = b"{\"type\":\"heartbeat\"}\n";
+
+/// The longest a stream waits for a title after its turn's end: the title
+/// call's own bound, plus a takeover of an owner that died meanwhile.
+const TITLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Streams `follower` through `encoder`, in the encoder's transport. The
 /// session is re-read at the end, and at a `step_restarted`, only for
@@ -86,6 +99,7 @@ pub fn encode(
         shutdown: state.shutdown.clone(),
         pending: VecDeque::new(),
         ended: false,
+        title: TitleWatch::default(),
     };
     // What the dialect restates first (AG-UI), ahead of any event.
     let opening = encoding.encoder.opening();
@@ -111,11 +125,51 @@ struct Encoding {
     /// Frames encoded and not yet sent.
     pending: VecDeque<Frame>,
     ended: bool,
+    title: TitleWatch,
+}
+
+/// What a stream saw that decides whether it waits for the title.
+#[derive(Default)]
+struct TitleWatch {
+    /// The seq of the last event the encoder got.
+    position: u64,
+    /// The last `turn_ended`'s `title_pending`, `None` before any (or
+    /// after a pause).
+    announced: Option<bool>,
+    /// A stream-ending event was seen (a turn's end or a pause).
+    ended_turn: bool,
+    /// A `title_updated` was seen since the last turn's end.
+    seen: bool,
+    /// The stream failed: it waits for nothing.
+    failed: bool,
+    /// Following the title now, until this deadline.
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl TitleWatch {
+    fn saw(&mut self, event: &LogEvent) {
+        self.position = self.position.max(event.seq);
+        match &event.event.kind {
+            EventKind::TurnEnded { title_pending, .. } => {
+                (self.announced, self.ended_turn, self.seen) = (Some(*title_pending), true, false);
+            }
+            EventKind::Paused { .. } => (self.announced, self.ended_turn) = (None, true),
+            EventKind::TitleUpdated { .. } => self.seen = true,
+            _ => {}
+        }
+    }
+
+    /// Whether to follow the session on for its title: its turn's end
+    /// announced one, or the stream began after the end (the session says).
+    fn wanted(&self) -> bool {
+        let announced = self.announced.unwrap_or(!self.ended_turn);
+        announced && !self.seen && !self.failed && self.deadline.is_none()
+    }
 }
 
 impl Encoding {
-    /// What wakes it: the follower's next item, the replica draining, or
-    /// shutdown.
+    /// What wakes it: the follower's next item, the replica draining,
+    /// shutdown, or the end of the wait for a title.
     async fn next_frame(&mut self) -> Option<Frame> {
         loop {
             if let Some(frame) = self.pending.pop_front() {
@@ -124,6 +178,7 @@ impl Encoding {
             if self.ended {
                 return None;
             }
+            let deadline = self.title.deadline;
             let item = tokio::select! {
                 item = self.follower.next() => item,
                 () = self.draining.cancelled() => {
@@ -132,11 +187,26 @@ impl Encoding {
                     continue;
                 }
                 () = self.shutdown.cancelled() => return None,
-            };
-            let frames = match item {
-                None => {
+                () = sleep_until(deadline) => {
                     self.ended = true;
-                    self.closing_frames().await
+                    continue;
+                }
+            };
+            if let Some(FollowItem::Event(event)) = &item {
+                self.title.saw(event);
+            }
+            let frames = match item {
+                // The title follow ended (after the title, at a new turn).
+                None if self.title.deadline.is_some() => {
+                    self.ended = true;
+                    continue;
+                }
+                None => {
+                    let frames = self.closing_frames().await;
+                    if !self.follow_title().await {
+                        self.ended = true;
+                    }
+                    frames
                 }
                 Some(FollowItem::Event(event))
                     if restarts_main_step(&event) && self.encoder.wants_history_on_restart() =>
@@ -148,15 +218,26 @@ impl Encoding {
                         Err(_) => self.encoder.encode(&event),
                     }
                 }
+                // A replay that holds the title after the turn's end: the
+                // turn's last frames (Cosmo's `done`) come first.
+                Some(FollowItem::Event(event))
+                    if matches!(event.event.kind, EventKind::TitleUpdated { .. }) && self.encoder.wants_title() =>
+                {
+                    let mut frames = self.finish_frames().await;
+                    frames.extend(self.encoder.encode(&event));
+                    frames
+                }
                 Some(FollowItem::Event(event)) => self.encoder.encode(&event),
                 Some(FollowItem::Context(event)) => {
                     self.encoder.context(&event);
                     continue;
                 }
                 Some(FollowItem::RecoveryFailed { .. }) => {
+                    self.title.failed = true;
                     self.encoder.failure("recovery_failed", "events after the cursor are no longer retained")
                 }
                 Some(FollowItem::Failed(e)) => {
+                    self.title.failed = true;
                     self.encoder.failure(e.code(), "the event stream failed; reconnect with Last-Event-ID")
                 }
             };
@@ -164,17 +245,48 @@ impl Encoding {
         }
     }
 
+    /// After the turn's frames: follows the session on for its title, when
+    /// the encoder shows titles and one is due. True when it does.
+    async fn follow_title(&mut self) -> bool {
+        if !self.encoder.wants_title() || !self.title.wanted() {
+            return false;
+        }
+        let after = self.title.position.max(self.follower.cursor());
+        match self.sessions.follow_title(&self.principal, &self.session_id, after).await {
+            Ok(Some(follower)) => {
+                self.follower = follower;
+                self.title.deadline = Some(tokio::time::Instant::now() + TITLE_WAIT);
+                true
+            }
+            // Nothing due, the session is gone, or the store failed: the
+            // stream ends as it would have (a rejoin asks again).
+            Ok(None) | Err(_) => false,
+        }
+    }
+
     /// The frames after the last event: the encoder's finish (with the
     /// stored session, for encoders that want it), then its close.
     async fn closing_frames(&mut self) -> Vec<Frame> {
-        let mut frames = Vec::new();
+        let mut frames = self.finish_frames().await;
+        frames.extend(self.encoder.close());
+        frames
+    }
+
+    /// The encoder's finish, if it wants one, with the stored session.
+    async fn finish_frames(&mut self) -> Vec<Frame> {
         if self.encoder.wants_finish()
             && let Ok(view) = self.sessions.get_with_history(&self.principal, &self.session_id).await
         {
-            frames.extend(self.encoder.finish(&view.session));
+            return self.encoder.finish(&view.session);
         }
-        frames.extend(self.encoder.close());
-        frames
+        Vec::new()
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -130,6 +130,18 @@ pub struct AgentConfig {
     /// The model of requests that name none, for tenants without their own
     /// `default_model` that may use it.
     pub default_model: Option<String>,
+    /// Sessions get a title after their first exchange (one short model
+    /// call, charged to the tenant); default on. See [`AgentConfig::titles_for`].
+    pub titles: bool,
+}
+
+impl AgentConfig {
+    /// Whether sessions of `dialect` get a title: not Holmes' or
+    /// llm-gateway's, whose clients hold their own conversations and show
+    /// no session list (a title would be a model call per chat for nobody).
+    pub fn titles_for(&self, dialect: &str) -> bool {
+        self.titles && !matches!(dialect, "holmes" | "llm-gateway")
+    }
 }
 
 #[derive(Debug, Clone)]

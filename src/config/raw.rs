@@ -65,6 +65,7 @@ pub struct RawAgent {
     pub max_depth: Option<u32>,
     pub relay_timeout_secs: Option<u64>,
     pub default_model: Option<String>,
+    pub titles: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -350,3 +350,13 @@ provider = "demo"
         assert!(errors.contains(expected), "missing {expected:?} in:\n{errors}");
     }
 }
+
+#[test]
+fn titles_are_on_by_default_and_may_be_turned_off() {
+    let base = "[[tenants]]\nid = \"acme\"\njwt = { hs256_secret = \"0123456789abcdef\" }\n\n[models.demo]\nprovider = \"demo\"\n";
+    assert!(Config::from_toml(base, &|_| None).unwrap().agent.titles);
+    let off = format!("[agent]\ntitles = false\n\n{base}");
+    assert!(!Config::from_toml(&off, &|_| None).unwrap().agent.titles);
+    let wrong = format!("[agent]\ntitles = \"yes\"\n\n{base}");
+    assert!(Config::from_toml(&wrong, &|_| None).unwrap_err().to_string().contains("titles"));
+}

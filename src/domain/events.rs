@@ -150,6 +150,14 @@ pub enum EventKind {
         reason: TurnEndReason,
         iterations: u32,
         usage: Usage,
+        /// The session's title is due and comes next, in a `title_updated`
+        /// (made after the turn's end is committed: it never delays it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        title_pending: bool,
+    },
+    /// The session got its title (once, after its first exchange).
+    TitleUpdated {
+        title: String,
     },
     Error {
         code: FailureCode,
@@ -192,6 +200,7 @@ impl EventKind {
             Self::CompactionStarted { .. } => "compaction_started",
             Self::CompactionDone { .. } => "compaction_done",
             Self::TurnEnded { .. } => "turn_ended",
+            Self::TitleUpdated { .. } => "title_updated",
             Self::Error { .. } => "error",
             Self::StateReplaced { .. } => "state_replaced",
             Self::StateUpdated { .. } => "state_updated",
@@ -201,6 +210,13 @@ impl EventKind {
     /// A live stream of the session ends after this event.
     pub fn ends_stream(&self) -> bool {
         matches!(self, Self::Paused { .. } | Self::TurnEnded { .. })
+    }
+
+    /// The session waits for a client after this event (a turn's end, a
+    /// pause, or the title that follows a turn's end): a replay whose newest
+    /// event it is has nothing live to wait for.
+    pub fn at_rest(&self) -> bool {
+        self.ends_stream() || matches!(self, Self::TitleUpdated { .. })
     }
 }
 

@@ -1,9 +1,9 @@
 //! The domain: what a session is, independent of how it travels or where it
 //! is kept. Conversations ([`conversation`]), canonical events ([`events`]),
 //! typed outcomes and codes ([`codes`]), the options a session runs with
-//! ([`options`]), what a client declares for each run of its chat ([`run`])
-//! and the [`session::Session`] itself, whose transitions are the only way
-//! to change it.
+//! ([`options`]), what a client declares for each run of its chat ([`run`]),
+//! what a session's title is ([`title`]) and the [`session::Session`]
+//! itself, whose transitions are the only way to change it.
 //!
 //! It imports nothing from the rest of the crate: HTTP handlers (`api`),
 //! dialect encoders (`protocol`), the sessions service, the store and the
@@ -17,6 +17,7 @@ pub mod events;
 pub mod options;
 pub mod run;
 pub mod session;
+pub mod title;
 
 pub use self::{
     codes::{FailureCode, ToolOutcome, ToolStatus},

@@ -12,7 +12,15 @@
 //! running ──pause──▶ awaiting_client ──resume──▶ running
 //! running ──end──▶ completed      active ──fail──▶ failed      active | awaiting_client ──cancel──▶ cancelled
 //! running | awaiting_relay ──take_over──▶ (same status, on another replica)
+//! title due ──set_title──▶ titled (any status; once)
 //! ```
+//!
+//! A session gets its title once: the first turn that ends normally marks it
+//! due (`end`, when titles are on), its owner keeps the session after
+//! committing that end, asks a model for a title and commits it with
+//! `set_title`, giving the session up. A session whose title is due needs an
+//! owner like a running one ([`Session::needs_owner`]): a takeover of a dead
+//! owner's session makes the title.
 //!
 //! Derived data is computed, never stored twice: pending relays and pending
 //! client calls come from the turn's planned calls; a call's result text is
@@ -178,6 +186,12 @@ pub struct Session {
     /// runs replace it, tools patch it.
     #[serde(default = "empty_state", skip_serializing_if = "is_empty_state")]
     state: serde_json::Value,
+    /// Set once, after the first exchange (see [`super::title`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    title: Option<String>,
+    /// A turn ended normally and the title is not made yet: the owner makes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    title_due: bool,
     #[serde(skip)]
     conversation: Conversation,
 }
@@ -208,6 +222,8 @@ impl Session {
             trace_parent: None,
             turn_state: TurnState::default(),
             state: empty_state(),
+            title: None,
+            title_due: false,
             conversation: Conversation { full: true, ..Conversation::default() },
         }
     }
@@ -276,6 +292,20 @@ impl Session {
     /// The state the client and the agent share (`{}` until one is given).
     pub fn state(&self) -> &serde_json::Value {
         &self.state
+    }
+
+    /// The session's title, once made.
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+    /// A turn ended normally and the title is still to be made.
+    pub fn title_pending(&self) -> bool {
+        self.title_due
+    }
+    /// An owner should be running it: a turn, or the title after one. A dead
+    /// owner means takeover.
+    pub fn needs_owner(&self) -> bool {
+        self.status.is_active() || self.title_due
     }
     /// Model calls made in the current (or last) turn.
     pub fn iterations(&self) -> u32 {
@@ -399,6 +429,7 @@ impl Session {
 
 mod chat;
 mod run;
+mod titling;
 mod transitions;
 mod turn;
 
@@ -409,3 +440,5 @@ pub use self::turn::{
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod title_tests;

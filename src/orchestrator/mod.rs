@@ -5,6 +5,7 @@
 //! - `model_call.rs` — every model call (token budget, span, metrics,
 //!   stream), as canonical events;
 //! - `one_shot.rs` — one streamed call outside any session (`/summarize`);
+//! - `title.rs` — the title phase after a session's first exchange;
 //! - `tools_phase.rs` — deciding, running, relaying and pausing tool calls;
 //! - `permissions.rs` — tenant policy and request rules;
 //! - `context.rs`, `compaction.rs` — context-window limits;
@@ -18,6 +19,7 @@ pub mod one_shot;
 pub mod permissions;
 pub mod prompt;
 mod subagent;
+mod title;
 mod tools_phase;
 mod turn;
 

@@ -111,7 +111,7 @@ impl StepError {
     }
 
     /// `error.type` of the span: a low-cardinality class, never a message.
-    fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Self::Provider(ProviderError::Http { .. }) => "http_error",
             Self::Provider(ProviderError::RateLimited { .. }) | Self::OverBudget { .. } => "rate_limited",

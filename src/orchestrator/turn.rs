@@ -13,15 +13,21 @@
 //! that takes the session over starts again here without re-running
 //! finished tools; a model step cut short is generated again after a
 //! `step_restarted` event, or continued from its durable text.
+//!
+//! A turn's end that leaves the session's title due is committed without
+//! giving the session up; the title phase (`title.rs`) follows, and a run
+//! of a session whose turn is over is that phase alone (a takeover after
+//! the end).
 
 use super::{
     Orchestrator, context,
     model_call::{self, Failure, Output, StepError},
+    title,
     tools_phase::{self, Phase},
 };
 use crate::{
     config::ModelConfig,
-    domain::{FailureCode, TurnEndReason},
+    domain::{EventKind, FailureCode, Refused, Session, TurnEndReason},
     providers::{ModelProvider, ModelRequest},
     sessions::{RunHandle, SessionError, Stop, main_agent},
 };
@@ -51,6 +57,12 @@ impl End {
 /// one at its end (ids, outcome and counts: never message text; the span
 /// around the task carries the session, tenant and trace ids).
 pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
+    if title::only_title(handle.session()) {
+        if let Err(e) = title::run(orchestrator, handle).await {
+            tracing::warn!(error = %e, "could not record the session's title");
+        }
+        return;
+    }
     tracing::info!(model = %handle.session().model(), "turn started");
     let end = match drive(orchestrator, &mut handle).await {
         Ok(end) => end,
@@ -65,7 +77,8 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
     let result = match end {
         End::Finished(reason) => {
             tracing::info!(outcome = ?reason, iterations, input_tokens, output_tokens, "turn ended");
-            handle.end(|s| s.end(reason)).await
+            let titles = orchestrator.config.agent.titles_for(handle.session().dialect());
+            close(orchestrator, handle, |s| s.end(reason, titles)).await
         }
         End::Paused => {
             let (relays, calls) = (handle.session().pending_relays().len(), handle.session().pending_calls().len());
@@ -74,20 +87,50 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
         }
         End::Failed { code, message, retry_after_secs } => {
             tracing::info!(outcome = "failed", code = code.as_str(), iterations, "turn ended");
-            handle.end(|s| s.fail(code, &message, retry_after_secs)).await
+            close(orchestrator, handle, |s| s.fail(code, &message, retry_after_secs)).await
         }
-        End::Stopped => {
-            match handle.stop_reason() {
-                Some(Stop::Cancel) => tracing::info!(outcome = "cancelled", iterations, "turn ended"),
-                Some(Stop::Drain) => tracing::info!(outcome = "handed_off", "turn handed to another replica"),
-                reason => tracing::info!(outcome = "stopped", ?reason, "turn left to whoever runs the session next"),
+        End::Stopped => match handle.stop_reason() {
+            Some(Stop::Cancel) => {
+                tracing::info!(outcome = "cancelled", iterations, "turn ended");
+                handle.cancel_taken();
+                // A title still due from an earlier turn: the fallback, at once
+                // (the run's token is cancelled).
+                close(orchestrator, handle, |s| s.cancel()).await
             }
-            handle.stop().await
-        }
+            reason => {
+                match reason {
+                    Some(Stop::Drain) => tracing::info!(outcome = "handed_off", "turn handed to another replica"),
+                    _ => tracing::info!(outcome = "stopped", ?reason, "turn left to whoever runs the session next"),
+                }
+                handle.stop().await
+            }
+        },
     };
     if let Err(e) = result {
         tracing::warn!(session = %key, error = %e, "could not record the end of the turn");
     }
+}
+
+/// Commits the transition that ends the turn. It gives the session up,
+/// unless the session's title is due: then the session is kept for the
+/// title phase, which gives it up with the title.
+async fn close(
+    orchestrator: &Orchestrator,
+    mut handle: RunHandle,
+    transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, Refused>,
+) -> Result<(), SessionError> {
+    if let Err(e) = handle.apply(transition) {
+        handle.abandon().await;
+        return Err(e);
+    }
+    if !handle.session().title_pending() {
+        return handle.release().await;
+    }
+    if let Err(e) = handle.commit().await {
+        handle.abandon().await;
+        return Err(e);
+    }
+    title::run(orchestrator, handle).await
 }
 
 async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<End, SessionError> {

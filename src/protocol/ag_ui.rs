@@ -337,7 +337,9 @@ impl AgUiEncoder {
             | EventKind::CompactionStarted { .. }
             | EventKind::CompactionDone { .. }
             // AG-UI clients do not regenerate: a dropped answer is the AI SDK's.
-            | EventKind::AnswerDropped { .. } => {}
+            | EventKind::AnswerDropped { .. }
+            // Titles are not part of a run.
+            | EventKind::TitleUpdated { .. } => {}
         }
     }
 

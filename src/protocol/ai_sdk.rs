@@ -321,7 +321,9 @@ impl AiSdkEncoder {
             | EventKind::CompactionDone { .. }
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
-            | EventKind::StateUpdated { .. } => {}
+            | EventKind::StateUpdated { .. }
+            // The UI message stream has no title part; the stream ended at `finish`.
+            | EventKind::TitleUpdated { .. } => {}
         }
     }
 }

@@ -12,6 +12,7 @@
 //! | `error` | `error {error}` |
 //! | `turn_ended` cancelled | `error {error: "the turn was cancelled"}` |
 //! | the stream's end after `turn_ended` final or max_iterations, or `paused` | `done {contextUsage?}` |
+//! | `title_updated` (after the first exchange's `turn_ended`, which says it comes) | `title-updated {title}` |
 //!
 //! `contextUsage` is the last model call's input plus output tokens against
 //! the model's context window. Ours: `done` carries `stopReason` when the
@@ -31,8 +32,12 @@
 //!
 //! Not shown: reasoning (the `thinking` indicator stands for it), argument
 //! fragments, relays and decisions, usage, compaction, and subagents' own
-//! events (the parent's `agent` tool call and result stand for them). Cosmo's
-//! `title-updated` is never sent: sessions have no titles.
+//! events (the parent's `agent` tool call and result stand for them).
+//!
+//! `title-updated` arrives after `done`, as seed 003 has it ("asynchronously
+//! after first exchange"): the turn's end is committed first and its
+//! `turn_ended` says a title comes; the stream sends `done` at once and
+//! stays open until the title (see `api/stream.rs`, [`Encoder::wants_title`]).
 
 use std::collections::HashSet;
 
@@ -193,6 +198,9 @@ impl Encoder for CosmoEncoder {
                     Vec::new()
                 }
             },
+            EventKind::TitleUpdated { title } => {
+                vec![self.frame(Some(seq), "title-updated", json!({"title": title}))]
+            }
             EventKind::ToolCall { .. }
             | EventKind::MessageCompleted { .. }
             | EventKind::ReasoningDelta { .. }
@@ -205,6 +213,10 @@ impl Encoder for CosmoEncoder {
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. } => Vec::new(),
         }
+    }
+
+    fn wants_title(&self) -> bool {
+        true
     }
 
     fn failure(&mut self, _code: &str, message: &str) -> Vec<Frame> {

@@ -174,6 +174,15 @@ pub trait Encoder: Send {
         let _ = self.encode(event);
     }
 
+    /// Whether the stream stays open after a turn's end that announced the
+    /// session's title (`turn_ended` with `title_pending`), until the
+    /// `title_updated` event: for dialects that show titles. Their last
+    /// frames for the turn ([`Encoder::finish`], [`Encoder::close`]) go
+    /// first, so the title never delays them.
+    fn wants_title(&self) -> bool {
+        false
+    }
+
     /// Frames that close a stream whose events all arrived, needing nothing
     /// stored (after [`Encoder::finish`], if any).
     fn close(&mut self) -> Vec<Frame> {
@@ -206,3 +215,22 @@ pub fn encoder_for(format: &str, models: &ModelLimits) -> Option<Box<dyn Encoder
 
 /// The names `?format=` accepts, for error messages.
 pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway", "cosmo", "zot", "ai-sdk", "ag-ui"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::testing::event;
+
+    #[test]
+    fn only_native_and_cosmo_show_a_title_and_wait_for_it() {
+        for format in FORMATS {
+            let mut encoder = encoder_for(format, &ModelLimits::default()).expect("a known format");
+            let shows = ["native", "cosmo"].contains(format);
+            assert_eq!(encoder.wants_title(), shows, "{format}");
+            // A stream's first event may open it (AI SDK's `start`, AG-UI's `RUN_STARTED`).
+            encoder.encode(&event(8, EventKind::TurnStarted { turn: 1, model: "m".into() }));
+            let frames = encoder.encode(&event(9, EventKind::TitleUpdated { title: "Order 42".into() }));
+            assert_eq!(!frames.is_empty(), shows, "{format}: {frames:?}");
+        }
+    }
+}

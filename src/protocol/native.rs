@@ -18,6 +18,11 @@ impl Encoder for NativeEncoder {
         vec![encode(event)]
     }
 
+    /// `title_updated` follows the `turn_ended` that announced it.
+    fn wants_title(&self) -> bool {
+        true
+    }
+
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
         let data = json!({"type": code, "code": code, "message": message});
         vec![Frame::event(code, data.to_string(), None)]

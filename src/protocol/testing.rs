@@ -61,7 +61,7 @@ pub fn restarted_turn(turn: u32) -> Vec<EventKind> {
         delta("w3"),
         EventKind::MessageCompleted { content: Some(RESTARTED_ANSWER.into()), reasoning: None },
         EventKind::Usage { usage: usage(10, 3), total: usage(10, 3) },
-        EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: usage(10, 3) },
+        EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: usage(10, 3), title_pending: false },
     ]
 }
 

@@ -245,7 +245,8 @@ impl Encoder for ZotEncoder {
             | EventKind::CompactionStarted { .. }
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
-            | EventKind::StateUpdated { .. } => {}
+            | EventKind::StateUpdated { .. }
+            | EventKind::TitleUpdated { .. } => {}
         }
         out
     }

@@ -7,6 +7,9 @@
 //!   tools offered in the request) → those tool calls, arguments streamed in
 //!   fragments, finish reason `tool_calls`;
 //! - after tool results → a sentence quoting each result;
+//! - a title request (`domain::title::request`) → the first words of the
+//!   quoted user message, capitalised (`Hello There`), so a demo session's
+//!   title is deterministic;
 //! - anything else → an echo with a hint, a word at a time.
 
 use std::time::Duration;
@@ -17,6 +20,7 @@ use futures::{StreamExt, stream};
 use super::{
     ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role, Usage,
 };
+use crate::domain::title;
 
 /// Gap between streamed words, so a terminal shows the stream happening.
 const DEFAULT_WORD_DELAY: Duration = Duration::from_millis(15);
@@ -63,6 +67,10 @@ fn respond(request: &ModelRequest) -> Vec<ModelEvent> {
     let mut events = Vec::new();
     let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
     let finish = match request.messages.last() {
+        _ if title::is_request(&request.messages) => {
+            push_words(&mut events, &demo_title(title::quoted_user(&request.messages).unwrap_or_default()));
+            FinishReason::Stop
+        }
         Some(last) if last.role == Role::Tool => {
             let text = describe_results(&request.messages);
             push_words(&mut events, &text);
@@ -106,6 +114,21 @@ fn respond(request: &ModelRequest) -> Vec<ModelEvent> {
     }));
     events.push(ModelEvent::Finish(finish));
     events
+}
+
+/// The demo's title for a conversation that began with `user`: its first
+/// words, each capitalised.
+fn demo_title(user: &str) -> String {
+    let words = title::words(user);
+    let capitalised: Vec<String> = words
+        .split(' ')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+        })
+        .collect();
+    let text = capitalised.join(" ");
+    if text.is_empty() { title::UNTITLED.to_string() } else { text }
 }
 
 fn push_words(events: &mut Vec<ModelEvent>, text: &str) {
@@ -261,6 +284,16 @@ mod tests {
                 .collect();
         assert_eq!(args, r#"{"id":"42"}"#);
         assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::ToolCalls)));
+    }
+
+    #[tokio::test]
+    async fn a_title_request_gets_the_first_words_of_the_conversation_capitalised() {
+        let history =
+            [ChatMessage::text(Role::User, "where is my order 42"), ChatMessage::text(Role::Assistant, "Demo here.")];
+        let events = collect(ModelRequest { tools: vec![], ..request(title::request(&history)) }).await;
+        assert_eq!(text_of(&events), "Where Is My Order 42");
+        assert_eq!(title::normalize(&text_of(&events)).as_deref(), Some("Where Is My Order 42"));
+        assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
     }
 
     #[tokio::test]

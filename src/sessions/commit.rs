@@ -94,6 +94,9 @@ impl Sessions {
     ) -> Result<Commit, SessionError> {
         self.observe(events);
         let mut commit = Commit::new(key.clone(), fence, self.instance());
+        if commit.fence == Fence::Absent {
+            commit.listing = Some(listing(session));
+        }
         commit.state = Some(state_write(session)?);
         commit.messages = messages_write(session)?;
         commit.events = events.iter().map(|kind| encode_event(kind.clone())).collect::<Result<_, _>>()?;
@@ -152,7 +155,11 @@ impl Sessions {
             self.inner.metrics.takeovers.inc();
         }
         let running = Running::new(self.inner.shutdown.child_token(), committed.epoch);
-        self.inner.running.insert(key.clone(), running.clone());
+        // An earlier tenure here (a title phase a new turn took the session
+        // from) stops: its commits are fenced anyway.
+        if let Some(earlier) = self.inner.running.insert(key.clone(), running.clone()) {
+            earlier.stop(Stop::Lost);
+        }
         let sessions = self.clone();
         let metrics = self.inner.metrics.clone();
         self.inner.tasks.spawn(
@@ -190,6 +197,11 @@ pub(super) fn fence_of(record: &Record) -> Fence {
         epoch: record.epoch,
         last_seq: record.last_seq,
     }
+}
+
+/// The list entries of a session being created (see [`crate::store::Catalog`]).
+pub(super) fn listing(session: &Session) -> crate::store::Listing {
+    crate::store::Listing { subject: session.subject().to_string(), created_ms: session.created_ms() }
 }
 
 pub(super) fn state_write(session: &Session) -> Result<StateWrite, SessionError> {

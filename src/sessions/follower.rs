@@ -10,15 +10,25 @@
 //! read by the same pages as the rest.
 //!
 //! It ends after an event that ends a stream (pause, turn end) in live
-//! events; after the replay when the replay's newest event ends one; and at
+//! events; after the replay when the replay's newest event leaves the
+//! session at rest (a pause, a turn's end, the title after one); and at
 //! once when the session was not running and nothing follows the cursor.
+//!
+//! A title follow ([`Follower::title_only`], after a stream's turn ended
+//! announcing a title) hands out the first `title_updated` after its cursor
+//! and ends; it ends without one at a `turn_started` (a new turn took the
+//! session: the title comes after that turn's end), skipping whatever else
+//! it reads.
 
 use std::{collections::VecDeque, sync::Arc};
 
 use tokio::sync::broadcast;
 
 use super::hub::{EventHub, Feed, FollowItem, REPLAY_PAGE};
-use crate::{domain::LogEvent, store::SessionKey};
+use crate::{
+    domain::{EventKind, LogEvent},
+    store::SessionKey,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -46,6 +56,8 @@ pub struct Follower {
     newest_ends: bool,
     ready: VecDeque<Arc<LogEvent>>,
     mode: Mode,
+    /// Only the title is handed out (see the module docs).
+    title_only: bool,
     /// The feed was released (at the end, or on drop).
     released: bool,
 }
@@ -71,8 +83,21 @@ impl Follower {
             newest_ends: false,
             ready: VecDeque::new(),
             mode: Mode::Replay,
+            title_only: false,
             released: false,
         }
+    }
+
+    /// Makes this a title follow: it hands out only the next
+    /// `title_updated`, and ends after it or at a `turn_started`.
+    pub(super) fn title_only(mut self) -> Self {
+        self.title_only = true;
+        self
+    }
+
+    /// The client's cursor: the seq after which this follow hands events out.
+    pub fn cursor(&self) -> u64 {
+        self.after
     }
 
     /// The next event (or the failure that ends the follow); `None` at the
@@ -83,6 +108,19 @@ impl Follower {
             if let Some(event) = self.ready.pop_front() {
                 if event.seq <= self.after {
                     return Some(FollowItem::Context(event));
+                }
+                if self.title_only {
+                    match event.event.kind {
+                        EventKind::TitleUpdated { .. } => {
+                            self.finish();
+                            return Some(FollowItem::Event(event));
+                        }
+                        EventKind::TurnStarted { .. } => {
+                            self.finish();
+                            return None;
+                        }
+                        _ => continue,
+                    }
                 }
                 if self.mode == Mode::Live && event.event.kind.ends_stream() {
                     self.finish();
@@ -122,7 +160,7 @@ impl Follower {
         let log_last = range.last_seq;
         for event in self.hub.decode(&self.key, range) {
             self.last = event.seq;
-            self.newest_ends = event.event.kind.ends_stream();
+            self.newest_ends = event.event.kind.at_rest();
             self.ready.push_back(event);
         }
         if !full_page {

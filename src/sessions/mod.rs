@@ -11,6 +11,9 @@
 //! agent loop: a [`TurnRunner`] does (the orchestrator), given a
 //! [`RunHandle`].
 //!
+//! Listing a caller's sessions and deleting one is `listing.rs`; following
+//! a session for the title its turn's end announced, `title.rs`.
+//!
 //! Access rule: a session is visible to its tenant's subject that created
 //! it, and to that tenant's tokens with the `sessions:admin` scope.
 //! Anything else — another subject, another tenant, a missing id — is the
@@ -19,12 +22,15 @@
 mod commands;
 mod commit;
 mod conversation;
+mod error;
 mod follower;
 pub mod hub;
 mod join;
+mod listing;
 mod ownership;
 mod resume;
 mod run;
+mod title;
 mod writer;
 
 use std::sync::{
@@ -40,8 +46,10 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 pub use self::{
     commands::Loaded,
     commit::Started,
+    error::SessionError,
     hub::{EventHub, FollowItem, Follower},
     join::Joined,
+    listing::{ListRequest, Page},
     resume::{FindError, ResumeLookup},
     run::{Emitter, Inbox, RunHandle, Stop},
     writer::WriteError,
@@ -54,8 +62,8 @@ use self::{
 use crate::{
     auth::Principal,
     config::Config,
-    domain::{AgentRef, Event, EventKind, Refused, Session, SessionOptions, SessionSpec, now_ms},
-    store::{Commit, Fence, Notice, Record, SessionKey, Store, StoreError},
+    domain::{AgentRef, Event, EventKind, Session, SessionOptions, SessionSpec, now_ms},
+    store::{Commit, Fence, Notice, Record, SessionKey, Store},
     telemetry::{attributes as attr, metrics::Metrics, trace},
 };
 
@@ -72,39 +80,6 @@ pub struct NewSession {
     /// The dialect it comes through (for logs and metrics).
     pub dialect: &'static str,
     pub options: SessionOptions,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("session not found")]
-    NotFound,
-    #[error("relay not found")]
-    RelayNotFound,
-    /// The relay's decision was already taken (by another request, or the
-    /// relay's turn has moved on): of racing decisions one wins.
-    #[error("this relay was already decided")]
-    RelayDecided,
-    /// A tenant quota (concurrent sessions) is used up.
-    #[error("{message}")]
-    RateLimited { message: String, retry_after_secs: u64 },
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Invalid(String),
-    /// The cursor is older than what the log retains.
-    #[error("events after {after} are no longer retained (oldest kept: {first_seq})")]
-    CursorExpired { after: u64, first_seq: u64 },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl From<Refused> for SessionError {
-    fn from(refused: Refused) -> Self {
-        match refused {
-            Refused::Conflict(message) => Self::Conflict(message),
-            Refused::Invalid(message) => Self::Invalid(message),
-        }
-    }
 }
 
 /// Runs turns: the orchestrator. Called on the replica that owns the
@@ -283,6 +258,7 @@ impl Sessions {
         let key = SessionKey::new(principal.tenant.clone(), session.id());
         let mut commit = Commit::new(key, Fence::Absent, self.instance());
         commit.state = Some(state_write(&session)?);
+        commit.listing = Some(commit::listing(&session));
         self.commit_one(commit).await?;
         Ok(session)
     }
@@ -313,7 +289,7 @@ impl Sessions {
     async fn view(&self, principal: &Principal, id: &str, history: bool) -> Result<SessionView, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         let (record, session) = self.load_visible(principal, &key, history).await?;
-        if session.status().is_active() {
+        if session.needs_owner() {
             ownership::take_over_if_orphaned(self, &key, &record).await;
         }
         let replica = record.owner.as_ref().or(record.last_owner.as_ref());
@@ -374,7 +350,7 @@ impl Sessions {
                 return Err(SessionError::CursorExpired { after, first_seq: bounds.first_seq });
             }
         }
-        if session.status().is_active() {
+        if session.needs_owner() {
             ownership::take_over_if_orphaned(self, &key, record).await;
         }
         Ok(self.inner.hub.follow(key, context_from, after, !session.status().is_active()).await)

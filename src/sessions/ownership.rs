@@ -19,6 +19,9 @@
 //! - the waker: passes wake-ups heard on the subscription to the turns
 //!   running here (a decision, a cancel, a takeover elsewhere).
 //!
+//! A session needs an owner while a turn runs and while its title is due
+//! (the title phase after a turn's end): either is taken over.
+//!
 //! A takeover is one commit, fenced by the session as it was read, that
 //! takes the session and records what the takeover implies (a
 //! `step_restarted` where a step was cut short; "outcome unknown" results
@@ -187,7 +190,7 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
         Expect::Nobody => record.owner.is_none(),
         Expect::Myself => record.owner.as_deref() == Some(sessions.instance()),
     };
-    if !session.status().is_active() || !owner_matches {
+    if !session.needs_owner() || !owner_matches {
         return Outcome::Nothing;
     }
     let (restart, continuation) = match cut_step(sessions, key, &record, session.model()).await {

@@ -102,7 +102,7 @@ impl Sessions {
         relays.put_relay(&format!("{HISTORY_PREFIX}{}", digests.full), &key).await?;
         relays.put_relay(&format!("{HISTORY_PREFIX}{}", digests.prefix), &key).await?;
         for call in pending {
-            relays.put_relay(&call_hint(principal, call), &key).await?;
+            relays.put_relay(&call_hint(&principal.tenant, &principal.subject, call), &key).await?;
         }
         Ok(())
     }
@@ -150,7 +150,8 @@ impl Sessions {
     /// The paused session of the caller that holds one of `calls` pending.
     async fn by_calls(&self, principal: &Principal, calls: &[&str]) -> Result<Option<Session>, SessionError> {
         for call in calls {
-            let Some(key) = self.indexed(principal, &call_hint(principal, call)).await? else { continue };
+            let hint = call_hint(&principal.tenant, &principal.subject, call);
+            let Some(key) = self.indexed(principal, &hint).await? else { continue };
             match self.load_visible(principal, &key, true).await {
                 // A hint outlives its pause (the session went on): checked.
                 Ok((_, session)) if session.status() == Status::AwaitingClient && is_pending(&session, call) => {
@@ -197,10 +198,24 @@ fn is_pending(session: &Session, call: &str) -> bool {
     session.call(call).is_some_and(|c| c.result().is_none())
 }
 
-/// The index id of a pending call, scoped to the caller.
-fn call_hint(principal: &Principal, call: &str) -> String {
+/// The relay index ids that name `session` for its current turn's calls:
+/// their relay ids and the resume hints of its pending calls (what a delete
+/// removes; its history hints cannot be derived and expire with the TTL).
+pub(super) fn index_ids(session: &Session) -> Vec<String> {
+    let mut ids = Vec::new();
+    for planned in session.calls() {
+        if let crate::domain::CallPlan::Ask { relay_id } = planned.plan() {
+            ids.push(relay_id.clone());
+        }
+        ids.push(call_hint(session.tenant(), session.subject(), &planned.call().id));
+    }
+    ids
+}
+
+/// The index id of a pending call, scoped to its tenant and subject.
+fn call_hint(tenant: &str, subject: &str, call: &str) -> String {
     let mut hasher = Sha256::new();
-    for part in [DIGEST_DOMAIN, "call", &principal.tenant, &principal.subject, call] {
+    for part in [DIGEST_DOMAIN, "call", tenant, subject, call] {
         hasher.update(part.as_bytes());
         hasher.update([0]);
     }

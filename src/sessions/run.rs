@@ -259,6 +259,12 @@ impl RunHandle {
         result
     }
 
+    /// Commits the transitions applied since the last commit, giving the
+    /// session up.
+    pub async fn release(self) -> Result<(), SessionError> {
+        self.end(|_| Ok(Vec::new())).await
+    }
+
     /// Gives the session up as it is (draining): another replica carries
     /// the turn on from its last commit, at once. The state is not written
     /// again, so what the turn streamed since (a step cut short) stays

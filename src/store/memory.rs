@@ -15,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+mod catalog;
 mod quotas;
 
 use async_trait::async_trait;
@@ -59,6 +60,8 @@ struct Inner {
     watched: HashMap<SessionKey, usize>,
     /// Follow counts by instance (see `Notifications::follow`).
     followers: HashMap<SessionKey, HashMap<String, usize>>,
+    /// The catalog's lists (`catalog.rs`).
+    lists: HashMap<super::ListScope, std::collections::BTreeSet<super::ListPosition>>,
 }
 
 /// One session's records, as the Redis hash, list and stream hold them.
@@ -204,6 +207,9 @@ impl MemoryStore {
         }
         let committed = Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq };
         let (owner, active) = (s.owner.clone(), matches!(s.status.as_str(), "running" | "awaiting_relay"));
+        if let Some(listing) = &commit.listing {
+            self.list_entry(inner, &commit.key, listing);
+        }
         let watched = inner.watched.contains_key(&commit.key);
         let followed_elsewhere =
             inner.followers.get(&commit.key).is_some_and(|by| by.keys().any(|instance| *instance != commit.by));

@@ -13,8 +13,10 @@
 //! Every operation is timed (`timed.rs`, a decorator over the backend).
 //!
 //! Every key is tenant-scoped ([`SessionKey`]), so a lookup with the wrong
-//! tenant finds nothing, exactly like a missing session.
+//! tenant finds nothing, exactly like a missing session. Which sessions a
+//! subject has, and deleting one, is the [`Catalog`] (`catalog.rs`).
 
+mod catalog;
 mod memory;
 mod redis;
 mod redis_notify;
@@ -28,7 +30,11 @@ use tokio::sync::mpsc;
 use self::timed::Timed;
 use crate::{config::StoreConfig, telemetry::metrics::Metrics};
 
-pub use self::{memory::MemoryStore, redis::RedisStore};
+pub use self::{
+    catalog::{Catalog, Deleted, Deletion, ListPosition, ListScope, Listed, Listing},
+    memory::MemoryStore,
+    redis::RedisStore,
+};
 
 /// A session's identity: its tenant and its id. Every store key derives from
 /// both, so tenants can never address each other's sessions.
@@ -175,6 +181,8 @@ pub struct Commit {
     pub turn_start: bool,
     /// The instance writing (named in the append notice).
     pub by: String,
+    /// A creating commit's list entries (a hint, see [`Catalog`]).
+    pub listing: Option<Listing>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +207,7 @@ impl Commit {
             clear_cancel: false,
             turn_start: false,
             by: by.into(),
+            listing: None,
         }
     }
 }
@@ -449,6 +458,7 @@ pub struct Store {
     pub relays: Arc<dyn RelayIndex>,
     pub notifications: Arc<dyn Notifications>,
     pub quotas: Arc<dyn Quotas>,
+    pub catalog: Arc<dyn Catalog>,
     pub health: Arc<dyn Health>,
     /// `"redis"` or `"memory"`, for logs.
     pub kind: &'static str,
@@ -481,7 +491,7 @@ impl Store {
 
     fn from_backend<B>(backend: Arc<B>, kind: &'static str) -> Self
     where
-        B: SessionStore + EventLog + Replicas + RelayIndex + Notifications + Quotas + Health + 'static,
+        B: SessionStore + EventLog + Replicas + RelayIndex + Notifications + Quotas + Catalog + Health + 'static,
     {
         Self {
             sessions: backend.clone(),
@@ -490,6 +500,7 @@ impl Store {
             relays: backend.clone(),
             notifications: backend.clone(),
             quotas: backend.clone(),
+            catalog: backend.clone(),
             health: backend,
             kind,
         }

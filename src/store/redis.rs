@@ -14,6 +14,8 @@
 //! - `{prefix}owned:<instance>` — set of `tenant/id` the instance owns
 //! - `{prefix}orphans` — set of `tenant/id`: active, owned by nobody
 //! - `{prefix}relay:<relay_id>` — `tenant/id`
+//! - `{prefix}{t:<tenant>}:subj:<subject>:sessions`, `{prefix}{t:<tenant>}:sessions`
+//!   — zsets of list positions, the catalog's lists (`redis/catalog.rs`)
 //! - `{prefix}rl:<tenant>` — GCRA arrival time; `{prefix}slots:<tenant>` — zset of
 //!   running sessions → deadline; `{prefix}tpm:<tenant>:<minute>` — tokens used
 //! - channel `{prefix}n:<tenant>/<id>` — `e:<last_seq>:<instance>` after
@@ -36,6 +38,7 @@
 //! (and 503s) quickly instead of hung requests. Anything that blocks
 //! (pub/sub) uses a connection made for it.
 
+mod catalog;
 mod log;
 mod quotas;
 mod replicas;
@@ -63,6 +66,7 @@ struct Scripts {
     commit: Script,
     decide: Script,
     cancel: Script,
+    delete: Script,
     heartbeat: Script,
     replicas_dead: Script,
     forget_replica: Script,
@@ -79,6 +83,7 @@ impl Scripts {
             commit: Script::new(include_str!("lua/commit.lua")),
             decide: Script::new(include_str!("lua/decide.lua")),
             cancel: Script::new(include_str!("lua/cancel.lua")),
+            delete: Script::new(include_str!("lua/delete.lua")),
             heartbeat: Script::new(include_str!("lua/heartbeat.lua")),
             replicas_dead: Script::new(include_str!("lua/replicas_dead.lua")),
             forget_replica: Script::new(include_str!("lua/forget_replica.lua")),
@@ -266,6 +271,22 @@ mod tests {
         assert_eq!(keys.owned("a#1"), "sb:owned:a#1");
         assert_eq!(keys.relay("r1"), "sb:relay:r1");
         assert_eq!(keys.channel(&key), "sb:n:acme/s1");
+    }
+
+    #[tokio::test]
+    async fn a_tenants_lists_share_the_tenants_hash_tag() {
+        let (tx, _rx) = mpsc::channel(1);
+        let config = StoreConfig {
+            redis_url: None,
+            key_prefix: "sb:".into(),
+            session_ttl: Duration::from_secs(60),
+            event_log_max_len: 10,
+            lease_ttl: Duration::from_secs(10),
+        };
+        let store = RedisStore::open("redis://127.0.0.1:1", &config, tx).unwrap();
+        let subject = crate::store::ListScope::Subject { tenant: "acme".into(), subject: "alice".into() };
+        assert_eq!(store.list_key(&subject), "sb:{t:acme}:subj:alice:sessions");
+        assert_eq!(store.list_key(&crate::store::ListScope::Tenant("acme".into())), "sb:{t:acme}:sessions");
     }
 
     #[test]

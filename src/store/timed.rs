@@ -10,8 +10,9 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::{
-    CancelRequest, Commit, CommitError, Committed, Decided, EventLog, Health, LogRange, Notifications, Quotas,
-    RateDecision, Record, RelayIndex, Replicas, SessionKey, SessionStore, StoreError, TokenWindow,
+    CancelRequest, Catalog, Commit, CommitError, Committed, Decided, Deleted, Deletion, EventLog, Health, ListPosition,
+    ListScope, Listed, LogRange, Notifications, Quotas, RateDecision, Record, RelayIndex, Replicas, SessionKey,
+    SessionStore, StoreError, TokenWindow,
 };
 use crate::telemetry::{attributes as attr, metrics::Metrics};
 
@@ -31,6 +32,7 @@ const TRACED: &[&str] = &[
     "relays.",
     "log.read_after",
     "quotas.acquire_slot",
+    "catalog.",
 ];
 
 impl<B> Timed<B> {
@@ -189,6 +191,26 @@ impl<B: Quotas> Quotas for Timed<B> {
 
     async fn correct_tokens(&self, tenant: &str, window: TokenWindow, delta: i64) -> Result<(), StoreError> {
         self.time("quotas.correct_tokens", self.inner.correct_tokens(tenant, window, delta)).await
+    }
+}
+
+#[async_trait]
+impl<B: Catalog> Catalog for Timed<B> {
+    async fn list(
+        &self,
+        scope: &ListScope,
+        before: Option<&ListPosition>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, StoreError> {
+        self.time("catalog.list", self.inner.list(scope, before, limit)).await
+    }
+
+    async fn unlist(&self, scope: &ListScope, positions: &[ListPosition]) -> Result<(), StoreError> {
+        self.time("catalog.unlist", self.inner.unlist(scope, positions)).await
+    }
+
+    async fn delete(&self, key: &SessionKey, deletion: &Deletion) -> Result<Deleted, StoreError> {
+        self.time("catalog.delete", self.inner.delete(key, deletion)).await
     }
 }
 

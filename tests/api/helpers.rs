@@ -45,6 +45,9 @@ pub struct AppOptions {
     pub relay_timeout_secs: u64,
     pub max_iterations: u32,
     pub max_depth: u32,
+    /// `[agent] titles`. Off unless a test asks: a title call would take a
+    /// scripted upstream reply meant for a turn (the mock answers in order).
+    pub titles: bool,
 }
 
 impl Default for AppOptions {
@@ -62,6 +65,7 @@ impl Default for AppOptions {
             relay_timeout_secs: 30,
             max_iterations: 10,
             max_depth: 2,
+            titles: false,
         }
     }
 }
@@ -148,6 +152,7 @@ default_model = "claude"
 relay_timeout_secs = {relay_timeout}
 max_iterations = {max_iterations}
 max_depth = {max_depth}
+titles = {titles}
 
 {extra}
 "#,
@@ -162,6 +167,7 @@ max_depth = {max_depth}
         relay_timeout = options.relay_timeout_secs,
         max_iterations = options.max_iterations,
         max_depth = options.max_depth,
+        titles = options.titles,
         max_len = options.event_log_max_len,
     );
     let config = Config::from_toml(&text, &|_| None).expect("the test configuration is valid");

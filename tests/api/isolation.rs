@@ -3,7 +3,9 @@
 //! on a live relay, one paused for the client — every session endpoint of
 //! every dialect answers 404 to anyone but the owner and acme's admins
 //! (`sessions:admin`), and nothing a stranger sends changes the session,
-//! calls a tool or calls the model. A stranger who sends the owner's
+//! calls a tool or calls the model — a `DELETE` included; the strangers'
+//! session lists (`GET /v1/sessions`, and `?all=true` for admins) hold none
+//! of them. A stranger who sends the owner's
 //! conversation history with answers gets a conversation of their own from
 //! it, in which nothing they approve runs.
 
@@ -71,9 +73,14 @@ impl Probe {
         Self { what: what.into(), method: "POST", path, body: Some(body) }
     }
 
+    fn delete(what: impl Into<String>, path: String) -> Self {
+        Self { what: what.into(), method: "DELETE", path, body: None }
+    }
+
     async fn send(&self, app: &TestApp, credential: &Credential) -> Response {
         let request = match self.method {
             "GET" => app.client.get(app.url(&self.path)),
+            "DELETE" => app.client.delete(app.url(&self.path)),
             _ => app.client.post(app.url(&self.path)).json(self.body.as_ref().unwrap_or(&json!({}))),
         };
         let request = match credential {
@@ -99,6 +106,7 @@ fn probes(id: &str, relay_id: &str, call_id: &str) -> Vec<Probe> {
         ),
         Probe::post("native relay decision", format!("/v1/sessions/{id}/relays/{relay_id}"), json!({"approved": true})),
         Probe::post("native cancel", format!("/v1/sessions/{id}/cancel"), json!({})),
+        Probe::delete("native delete", format!("/v1/sessions/{id}")),
         Probe::post(
             "llm-gateway relay",
             format!("/chat/relay/{relay_id}"),
@@ -160,15 +168,47 @@ async fn assert_not_found(probe: &Probe, who: &str, response: Response) {
 /// store (but its lease's expiry) are the same afterwards.
 async fn strangers_see_nothing(w: &World, probes: &[Probe]) {
     let b = &w.apps[1];
-    let before = session_keys(b).await;
+    let before = (session_keys(b).await, session_lists(b).await);
     let (model_calls, tool_calls) = (w.upstream.calls(), w.tools.calls("refund"));
     for (who, credential) in strangers(b) {
         for probe in probes {
             assert_not_found(probe, who, probe.send(b, &credential).await).await;
         }
     }
-    assert_eq!(session_keys(b).await, before, "a stranger changed the store");
+    assert_eq!((session_keys(b).await, session_lists(b).await), before, "a stranger changed the store");
     assert_eq!((w.upstream.calls(), w.tools.calls("refund")), (model_calls, tool_calls));
+}
+
+/// No stranger's list holds session `id`: their own lists, and with
+/// `all=true` their tenant's (for admins; 403 for anyone else).
+async fn strangers_list_nothing(w: &World, id: &str) {
+    let b = &w.apps[1];
+    for (who, credential) in strangers(b) {
+        for query in ["", "?all=true", "?limit=100"] {
+            let response = Probe::get("list", format!("/v1/sessions{query}")).send(b, &credential).await;
+            let status = response.status();
+            let body: Value = response.json().await.unwrap();
+            if status == StatusCode::FORBIDDEN && query == "?all=true" {
+                assert_eq!(body["error"]["code"], "forbidden", "{who}: {body}");
+                continue;
+            }
+            assert_eq!(status, StatusCode::OK, "{who} {query}: {body}");
+            let listed = body["sessions"].as_array().unwrap();
+            assert!(!listed.iter().any(|s| s["id"] == id), "{who} {query} sees {id}: {body}");
+        }
+    }
+    let admin = b.token_with("acme", "ops", Duration::from_secs(60), &["sessions:admin"]);
+    for (token, query) in [(w.token.clone(), ""), (admin, "?all=true")] {
+        let body: Value = b.get(&format!("/v1/sessions{query}"), Some(&token)).await.json().await.unwrap();
+        assert!(body["sessions"].as_array().unwrap().iter().any(|s| s["id"] == id), "{query}: {body}");
+    }
+}
+
+/// The session lists (`GET /v1/sessions`) of every subject and tenant.
+async fn session_lists(app: &TestApp) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut snapshot = store_snapshot(app).await;
+    snapshot.retain(|key, _| key.ends_with(":sessions"));
+    snapshot
 }
 
 /// The store's session state documents and event logs (leases are left out:
@@ -190,6 +230,7 @@ async fn a_session_waiting_on_a_live_relay_is_invisible_to_strangers_and_decided
     let relay_id = relay.data["relay_id"].as_str().unwrap().to_string();
 
     strangers_see_nothing(&w, &probes(&id, &relay_id, "call_r")).await;
+    strangers_list_nothing(&w, &id).await;
 
     // acme's admin may look and decide, on either replica; the owner's
     // stream on A goes on.
@@ -220,6 +261,7 @@ async fn a_holmes_session_paused_for_approval_is_invisible_to_strangers_and_resu
     let history = pause.data["conversation_history"].clone();
 
     strangers_see_nothing(&w, &probes(&id, "relay_none", "call_refund")).await;
+    strangers_list_nothing(&w, &id).await;
 
     // A stranger holding the owner's history (and answers for its pending
     // call) gets a conversation of their own from it: the owner's session

@@ -75,6 +75,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         max_depth: raw.agent.max_depth.unwrap_or(2),
         relay_timeout: secs(positive(&mut errors, "agent.relay_timeout_secs", raw.agent.relay_timeout_secs), 300),
         default_model: raw.agent.default_model,
+        titles: raw.agent.titles.unwrap_or(true),
     };
 
     let on_store_error = match raw.limits.on_store_error.as_deref() {

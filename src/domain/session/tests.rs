@@ -383,17 +383,17 @@ fn a_seeded_session_may_start_its_first_turn_on_its_history() {
 fn end_completes_a_turn_whose_calls_are_done() {
     let mut session = running(ApprovalMode::Relay);
     session.complete_step(step(vec![]), vec![], PermissionRules::default()).unwrap();
-    let events = session.end(TurnEndReason::Final).unwrap();
+    let events = session.end(TurnEndReason::Final, false).unwrap();
     assert!(matches!(events[..], [EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, .. }]));
     assert_eq!(session.status(), Status::Completed);
 }
 
 #[test]
 fn end_is_refused_with_open_calls_for_fail_or_cancel_reasons_and_when_idle() {
-    refused_conflict(awaiting_relay().end(TurnEndReason::Final));
-    refused_invalid(running(ApprovalMode::Relay).end(TurnEndReason::Cancelled));
-    refused_conflict(Session::new(spec(ApprovalMode::Relay)).end(TurnEndReason::Final));
-    refused_conflict(paused().end(TurnEndReason::Final));
+    refused_conflict(awaiting_relay().end(TurnEndReason::Final, false));
+    refused_invalid(running(ApprovalMode::Relay).end(TurnEndReason::Cancelled, false));
+    refused_conflict(Session::new(spec(ApprovalMode::Relay)).end(TurnEndReason::Final, false));
+    refused_conflict(paused().end(TurnEndReason::Final, false));
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The transitions of a [`Session`]: each checks that the session may take
 //! it, changes it, and returns the events it implies. Nothing else changes
-//! a session.
+//! a session (but the title's transition, in `titling.rs`).
 
 use serde_json::Value;
 
@@ -212,7 +212,7 @@ impl Session {
         restart: StepRestart,
         rerun: &dyn Fn(&ToolCall) -> bool,
     ) -> Result<Vec<EventKind>, Refused> {
-        if !self.status.is_active() {
+        if !self.needs_owner() {
             return conflict(format!("the session is {}: nothing runs to take over", self.status.as_str()));
         }
         let mut events = Vec::new();
@@ -406,8 +406,10 @@ impl Session {
     }
 
     /// The turn ends normally: the model answered without more tool calls
-    /// (`Final`), or the turn used its model calls (`MaxIterations`).
-    pub fn end(&mut self, reason: TurnEndReason) -> Result<Vec<EventKind>, Refused> {
+    /// (`Final`), or the turn used its model calls (`MaxIterations`). With
+    /// `titles`, a session without a title gets one due: its `turn_ended`
+    /// says a title comes next.
+    pub fn end(&mut self, reason: TurnEndReason, titles: bool) -> Result<Vec<EventKind>, Refused> {
         self.require_running("end")?;
         match reason {
             TurnEndReason::Final | TurnEndReason::MaxIterations if self.calls_done() => {}
@@ -417,6 +419,9 @@ impl Session {
             TurnEndReason::Failed | TurnEndReason::Cancelled => {
                 return invalid("failing or cancelling a turn has transitions of its own");
             }
+        }
+        if titles && self.title.is_none() {
+            self.title_due = true;
         }
         Ok(self.close(reason, Status::Completed))
     }
@@ -525,7 +530,9 @@ impl Session {
     }
 
     /// Ends the turn: calls it leaves open get a tool message (so the
-    /// conversation stays one a model accepts), the status is `status`.
+    /// conversation stays one a model accepts), the status is `status`. Its
+    /// `turn_ended` says whether a title comes next (one may still be due
+    /// from an earlier turn whose title a new turn interrupted).
     fn close(&mut self, reason: TurnEndReason, status: Status) -> Vec<EventKind> {
         let open: Vec<String> = self.open_calls().map(|c| c.call.id.clone()).collect();
         for id in open {
@@ -535,7 +542,12 @@ impl Session {
             self.conversation.push(ChatMessage::tool_result(id, INTERRUPTED));
         }
         self.become_(status);
-        vec![EventKind::TurnEnded { reason, iterations: self.turn_state.iterations, usage: self.turn_state.usage }]
+        vec![EventKind::TurnEnded {
+            reason,
+            iterations: self.turn_state.iterations,
+            usage: self.turn_state.usage,
+            title_pending: self.title_due,
+        }]
     }
 }
 

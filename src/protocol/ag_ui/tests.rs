@@ -20,7 +20,7 @@ pub(super) fn call_usage() -> EventKind {
 }
 
 pub(super) fn ended(reason: TurnEndReason) -> EventKind {
-    EventKind::TurnEnded { reason, iterations: 1, usage: usage(10, 2) }
+    EventKind::TurnEnded { reason, iterations: 1, usage: usage(10, 2), title_pending: false }
 }
 
 /// `verifyEvents`' rules: `RUN_STARTED` first, nothing after the run ends,

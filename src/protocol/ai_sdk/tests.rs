@@ -24,7 +24,7 @@ fn result(id: &str, status: &str, output: Value) -> EventKind {
 }
 
 fn ended(reason: TurnEndReason) -> EventKind {
-    EventKind::TurnEnded { reason, iterations: 1, usage: usage(10, 2) }
+    EventKind::TurnEnded { reason, iterations: 1, usage: usage(10, 2), title_pending: false }
 }
 
 /// The client reducer's rules (`processUIMessageStream`): deltas inside

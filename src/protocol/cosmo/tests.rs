@@ -33,7 +33,7 @@ fn completed() -> EventKind {
 }
 
 fn ended(reason: TurnEndReason) -> EventKind {
-    EventKind::TurnEnded { reason, iterations: 2, usage: usage(0, 0) }
+    EventKind::TurnEnded { reason, iterations: 2, usage: usage(0, 0), title_pending: false }
 }
 
 #[test]
@@ -181,4 +181,16 @@ fn a_restart_is_a_thinking_that_voids_the_text_since_the_last_one() {
     assert_eq!(types(&frames), ["thinking", "text", "text", "thinking", "text", "text", "text", "done"]);
     assert_eq!(events[3], json!({"sessionId": "s1", "type": "thinking", "restartedStep": 1}));
     assert_eq!(answer(&events), crate::protocol::testing::RESTARTED_ANSWER);
+}
+
+#[test]
+fn a_title_is_a_title_updated_event_with_its_seq_and_wanted_after_the_turns_end() {
+    let mut encoder = encoder();
+    assert!(encoder.wants_title());
+    let ended =
+        EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: usage(0, 0), title_pending: true };
+    assert!(encoder.encode(&event(5, ended)).is_empty(), "done comes with the stream's finish, first");
+    let frames = encoder.encode(&event(6, EventKind::TitleUpdated { title: "Order 42".into() }));
+    assert_eq!(all_data(&frames), [json!({"sessionId": "s1", "type": "title-updated", "title": "Order 42"})]);
+    assert_eq!(frames[0].id.as_deref(), Some("6"));
 }

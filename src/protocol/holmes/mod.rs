@@ -320,7 +320,8 @@ impl Encoder for HolmesEncoder {
             | EventKind::RelayDecided { .. }
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
-            | EventKind::StateUpdated { .. } => {}
+            | EventKind::StateUpdated { .. }
+            | EventKind::TitleUpdated { .. } => {}
         }
         out
     }

@@ -37,7 +37,7 @@ fn a_step_is_sent_in_holmes_order_with_the_id_of_the_event_that_releases_it() {
     assert_eq!(result["result"]["status"], "error");
     assert_eq!(result["result"]["error"], "no", "Holmes clients get the reason, as HolmesGPT sends it");
     assert_eq!(result["result"]["params"], json!({"all": true}));
-    let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage };
+    let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage, title_pending: false };
     assert_eq!(names(&encoder.encode(&event(7, end))), ["token_count"]);
 }
 
@@ -147,7 +147,12 @@ fn follow_up_actions_come_with_a_conversations_first_answer_only() {
         if resumed {
             encoder.encode(&event(1, EventKind::Resumed { turn: 1 }));
         }
-        let end = EventKind::TurnEnded { reason: TurnEndReason::Final, iterations: 1, usage: Usage::default() };
+        let end = EventKind::TurnEnded {
+            reason: TurnEndReason::Final,
+            iterations: 1,
+            usage: Usage::default(),
+            title_pending: false,
+        };
         encoder.encode(&event(1, end));
         let frames = encoder.finish(&doc_at("m", 1, history));
         let data: Value = serde_json::from_str(&frames[0].data).unwrap();

@@ -193,7 +193,7 @@ impl LlmGatewayEncoder {
                 let discard = self.blocks.end(&agent.agent_id);
                 Some(("step_restarted", json!({"step": step, "discard": discard})))
             }
-            EventKind::TurnEnded { reason, iterations, usage } => Some((
+            EventKind::TurnEnded { reason, iterations, usage, .. } => Some((
                 "harness_end",
                 json!({"reason": end_reason(*reason), "iterations": iterations, "totalUsage": usage_fields(usage)}),
             )),
@@ -206,7 +206,8 @@ impl LlmGatewayEncoder {
             | EventKind::CompactionDone { .. }
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
-            | EventKind::StateUpdated { .. } => None,
+            | EventKind::StateUpdated { .. }
+            | EventKind::TitleUpdated { .. } => None,
         };
         if shown.is_some() && !main && !self.subagents.contains_key(&agent.agent_id) {
             self.subagents.insert(agent.agent_id.clone(), agent.clone());

@@ -193,7 +193,7 @@ fn events_without_an_equivalent_are_skipped_and_cache_usage_is_named() {
     let skipped = EventKind::ToolCallArgs { tool_call_id: "c".into(), delta: "{".into() };
     assert!(encoder.encode(&event(2, skipped, main_agent())).is_empty());
     let usage = Usage { input_tokens: 5, output_tokens: 2, cache_read_tokens: 3, cache_write_tokens: 0 };
-    let ended = EventKind::TurnEnded { reason: TurnEndReason::Failed, iterations: 1, usage };
+    let ended = EventKind::TurnEnded { reason: TurnEndReason::Failed, iterations: 1, usage, title_pending: false };
     let frame = &encoder.encode(&event(3, ended, main_agent()))[0];
     assert_eq!(
         data(frame),

@@ -12,7 +12,7 @@ fn completed(content: Option<&str>) -> EventKind {
 }
 
 fn ended(reason: TurnEndReason) -> EventKind {
-    EventKind::TurnEnded { reason, iterations: 2, usage: usage(0, 0) }
+    EventKind::TurnEnded { reason, iterations: 2, usage: usage(0, 0), title_pending: false }
 }
 
 /// The real zot transcript of seed 004 (one `bash` call, then an answer),

@@ -82,6 +82,15 @@ impl RedisStore {
             script_at.push(pipe.len());
             pipe.invoke_script(invocation);
             let member = commit.key.to_member();
+            // A create's list entries: hints in the tenant's slot, checked
+            // (and pruned if the create was refused) by whoever lists.
+            if let Some(listing) = &commit.listing {
+                let position =
+                    crate::store::ListPosition { created_ms: listing.created_ms, id: commit.key.id.to_string() };
+                for scope in listing.scopes(&commit.key.tenant) {
+                    pipe.cmd("ZADD").arg(self.list_key(&scope)).arg(0).arg(position.to_member()).ignore();
+                }
+            }
             match &commit.owner {
                 OwnerChange::Keep => {}
                 OwnerChange::Acquire(instance) => {

@@ -3,7 +3,11 @@
 //! handler panic would be a 500 from the rescue, a panic elsewhere a dropped
 //! connection), every 4xx carries the JSON error body, and the store does
 //! not change, except by a session create answered 201, which adds exactly
-//! that session's state key.
+//! that session's state key (and its entries in its subject's and tenant's
+//! session lists), and by a delete answered 204, which removes exactly the
+//! session it names (its state key, and its list entries). A delete of the
+//! test's own session is followed by a new one for alice (made outside the
+//! fuzzed requests), so later cases still find a session to aim at.
 //!
 //! No generated request may start a turn. A turn keeps writing to the store
 //! after the answer (its events, its lease, and here its failure, as the mock
@@ -48,7 +52,7 @@ type Snapshot = BTreeMap<String, Vec<u8>>;
 const CASES: u32 = 1500;
 
 /// Every route of `src/api/mod.rs`.
-const ROUTES: [(&str, &str); 25] = [
+const ROUTES: [(&str, &str); 27] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -64,7 +68,9 @@ const ROUTES: [(&str, &str); 25] = [
     ("POST", "/chat/relay/{relay_id}"),
     ("POST", "/summarize"),
     ("POST", "/v1/sessions"),
+    ("GET", "/v1/sessions"),
     ("GET", "/v1/sessions/{id}"),
+    ("DELETE", "/v1/sessions/{id}"),
     ("GET", "/v1/sessions/{id}/events"),
     ("POST", "/v1/sessions/{id}/messages"),
     ("POST", "/v1/sessions/{id}/tool-results"),
@@ -196,7 +202,10 @@ fn percent_encoded(raw: &[u8]) -> String {
 #[derive(Default)]
 struct Tally {
     skipped: usize,
-    answers: BTreeMap<(&'static str, u16), usize>,
+    /// Deletes of the test's own session (a new one was made each time).
+    replaced: usize,
+    /// By route (method and path, as in [`ROUTES`]) and status.
+    answers: BTreeMap<((&'static str, &'static str), u16), usize>,
 }
 
 impl Tally {
@@ -209,14 +218,19 @@ impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sent = self.count(|_| true);
         writeln!(f, "fuzz: {sent} requests sent, {} skipped as possible turn starters", self.skipped)?;
+        writeln!(f, "  the test's session deleted (and made anew) {} times", self.replaced)?;
         let mut statuses = BTreeMap::new();
         for ((_, status), n) in &self.answers {
             *statuses.entry(status).or_insert(0) += n;
         }
         writeln!(f, "  by status: {statuses:?}")?;
         for (method, route) in ROUTES {
-            let counts: Vec<String> =
-                self.answers.iter().filter(|((r, _), _)| *r == route).map(|((_, s), n)| format!("{s}×{n}")).collect();
+            let counts: Vec<String> = self
+                .answers
+                .iter()
+                .filter(|((r, _), _)| *r == (method, route))
+                .map(|((_, s), n)| format!("{s}×{n}"))
+                .collect();
             writeln!(f, "  {method} {route}: {}", counts.join(" "))?;
         }
         Ok(())
@@ -226,8 +240,9 @@ impl fmt::Display for Tally {
 struct Fuzz {
     app: TestApp,
     client: reqwest::Client,
-    /// The session of acme/alice that `{id}` may name.
-    session: String,
+    /// The session of acme/alice that `{id}` may name (a new one after a
+    /// delete of it).
+    session: RefCell<String>,
     /// Authorization header values by [`Auth`] variant.
     alice: String,
     bob: String,
@@ -268,15 +283,16 @@ impl Fuzz {
             store: RefCell::new(store_snapshot(&app).await),
             tally: RefCell::default(),
             first_failure: RefCell::default(),
-            session,
+            session: RefCell::new(session),
             app,
         }
     }
 
     fn request(&self, case: &Case) -> Sent {
         let (method, route) = case.route;
-        let id = percent_encoded(&case.session.raw(&self.session));
-        let relay = percent_encoded(&case.relay.raw(&self.session));
+        let session = self.session.borrow().clone();
+        let id = percent_encoded(&case.session.raw(&session));
+        let relay = percent_encoded(&case.relay.raw(&session));
         let mut path = route.replace("{id}", &id).replace("{relay_id}", &relay);
         if let Some(query) = &case.query {
             path = format!("{path}?{query}");
@@ -310,7 +326,7 @@ impl Fuzz {
         let mut headers: Vec<(String, String)> =
             named.into_iter().filter_map(|(name, value)| Some((name.to_string(), value?))).collect();
         headers.extend(h.extra.iter().cloned());
-        let valid = valid_bodies(route, &self.session);
+        let valid = valid_bodies(route, &session);
         let body = match &case.body {
             BodyRecipe::Empty => Vec::new(),
             BodyRecipe::Bytes(bytes) => bytes.clone(),
@@ -346,9 +362,10 @@ impl Fuzz {
 
     async fn check(&self, case: &Case) -> Result<(), TestCaseError> {
         let sent = self.request(case);
-        let (method, route) = case.route;
+        let (_, route) = case.route;
         let sessions = self.sessions.borrow().clone();
-        if may_start_turn(route, &case.session.raw(&self.session), &sent.body, &sessions) {
+        let session = self.session.borrow().clone();
+        if may_start_turn(route, &case.session.raw(&session), &sent.body, &sessions) {
             self.tally.borrow_mut().skipped += 1;
             return Ok(());
         }
@@ -358,15 +375,20 @@ impl Fuzz {
         let after = store_snapshot(&self.app).await;
         let before = self.store.replace(after.clone());
         let (status, body) = answer.map_err(|e| TestCaseError::fail(format!("{e}\nfor {sent}")))?;
-        *self.tally.borrow_mut().answers.entry((route, status.as_u16())).or_insert(0) += 1;
+        *self.tally.borrow_mut().answers.entry((case.route, status.as_u16())).or_insert(0) += 1;
         prop_assert!(status.is_success() || status.is_client_error(), "{status} {body}\nfor {sent}");
         if status.is_client_error() {
             prop_assert!(is_error_body(&body), "{status} without the JSON error body: {body:?}\nfor {sent}");
         }
-        // Reading is all a GET does; a create is the only write that can
-        // succeed here (and zot's commands that read nothing of a session).
-        let may_succeed =
-            sent.method.as_str() == method && (method == "GET" || route == "/v1/sessions" || route == "/v1/zot");
+        // Reading is all a GET does; a create and a delete are the only
+        // writes that can succeed here (on the paths that have them), and
+        // zot's commands that read nothing of a session.
+        let may_succeed = match sent.method.as_str() {
+            "GET" => true,
+            "POST" => route == "/v1/sessions" || route == "/v1/zot",
+            "DELETE" => route == "/v1/sessions/{id}",
+            _ => false,
+        };
         prop_assert!(!status.is_success() || may_succeed, "{status} {body}\nfor {sent}");
 
         let mut changes = changes(&before, &after);
@@ -374,16 +396,48 @@ impl Fuzz {
             let id = serde_json::from_str::<Value>(&body).ok().and_then(|v| v["id"].as_str().map(str::to_string));
             let id = id.ok_or_else(|| TestCaseError::fail(format!("201 without an id: {body}\nfor {sent}")))?;
             let state = format!(":s:{id}}}:state");
-            let added = changes.len() == 1 && changes[0].starts_with("added ") && changes[0].ends_with(&state);
-            prop_assert!(added, "a create changed {changes:?}, not just its {state}\nfor {sent}");
+            let added = changes.iter().filter(|c| c.starts_with("added ") && c.ends_with(&state)).count() == 1;
+            let others_are_lists = changes.iter().all(|c| c.ends_with(&state) || is_list_change(c));
+            prop_assert!(added && others_are_lists, "a create changed {changes:?}, not just its {state}\nfor {sent}");
             changes.clear();
             self.sessions.borrow_mut().push(id);
+        }
+        if status == StatusCode::NO_CONTENT && sent.method == Method::DELETE {
+            let id = String::from_utf8_lossy(&case.session.raw(&session)).into_owned();
+            let state = format!(":s:{id}}}:state");
+            let removed = changes.iter().filter(|c| c.starts_with("removed ") && c.ends_with(&state)).count() == 1;
+            let others_are_lists = changes.iter().all(|c| c.ends_with(&state) || is_list_change(c));
+            prop_assert!(removed && others_are_lists, "a delete changed {changes:?}, not just {id}\nfor {sent}");
+            changes.clear();
+            self.sessions.borrow_mut().retain(|s| *s != id);
+            if id == session {
+                self.replace_session().await;
+            }
         }
         prop_assert!(
             changes.is_empty(),
             "the store changed: {changes:?} (a turn started? see may_start_turn)\nanswer: {status} {body}\nfor {sent}"
         );
         Ok(())
+    }
+}
+
+/// A change to a session list (`{prefix}{t:<tenant>}…:sessions`), added,
+/// changed or (emptied) removed.
+fn is_list_change(change: &str) -> bool {
+    change.contains("{t:") && change.ends_with(":sessions")
+}
+
+impl Fuzz {
+    /// A new session for alice after hers was deleted; the store as it is
+    /// then is the next case's "before".
+    async fn replace_session(&self) {
+        let alice = self.app.token("acme", "alice");
+        let session = self.app.create_session(&alice, "mock").await;
+        self.sessions.borrow_mut().push(session.clone());
+        self.session.replace(session);
+        self.store.replace(store_snapshot(&self.app).await);
+        self.tally.borrow_mut().replaced += 1;
     }
 }
 
@@ -444,9 +498,10 @@ fn random_requests_at_every_endpoint_get_no_5xx_and_leave_the_store_unchanged() 
         .filter(|k| ["rl:", "slots:", "tpm:"].iter().any(|q| k.starts_with(&format!("{prefix}{q}"))))
         .collect();
     assert!(quotas.is_empty(), "the test tenants have no rate limits, yet: {quotas:?}");
-    let traces: Vec<&String> = store.keys().filter(|k| !k.ends_with("}:state")).collect();
+    let traces: Vec<&String> = store.keys().filter(|k| !k.ends_with("}:state") && !is_list_change(k)).collect();
     assert!(traces.is_empty(), "no turn, relay or lease left a key: {traces:?}");
-    assert_eq!(store.len(), fuzz.sessions.borrow().len(), "one state per session created");
+    let states = store.keys().filter(|k| k.ends_with("}:state")).count();
+    assert_eq!(states, fuzz.sessions.borrow().len(), "one state per session created and not deleted");
     assert_eq!(fuzz.app.upstream.calls(), 0, "no request reached the model");
 
     // Not vacuous: most requests get past authentication, many into body

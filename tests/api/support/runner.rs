@@ -72,7 +72,7 @@ impl TurnRunner for ScriptedRunner {
         self.runs.fetch_add(1, Ordering::SeqCst);
         let agent = main_agent();
         let end = |handle: RunHandle| async move {
-            let _ = handle.end(|s| s.end(TurnEndReason::Final)).await;
+            let _ = handle.end(|s| s.end(TurnEndReason::Final, false)).await;
         };
         if handle.taken_over_from().is_some() {
             self.takeovers.fetch_add(1, Ordering::SeqCst);

@@ -38,7 +38,7 @@ fn answered() -> Session {
     session.complete_step(step("", vec![lookup("c1")]), vec![CallDecision::Run], PermissionRules::default()).unwrap();
     session.finish_tool("c1", ToolOutcome::Success("found".into()), None, None).unwrap();
     session.complete_step(step("First.", vec![]), vec![], PermissionRules::default()).unwrap();
-    session.end(TurnEndReason::Final).unwrap();
+    session.end(TurnEndReason::Final, false).unwrap();
     session.conversation_saved();
     session
 }
@@ -75,7 +75,7 @@ fn regenerate_drops_only_the_last_turns_answer() {
     let mut session = answered();
     session.start_turn(ChatMessage::text(Role::User, "second?"), None).unwrap();
     session.complete_step(step("Second.", vec![]), vec![], PermissionRules::default()).unwrap();
-    session.end(TurnEndReason::Final).unwrap();
+    session.end(TurnEndReason::Final, false).unwrap();
     session.conversation_saved();
     let events = session.regenerate(None).unwrap();
     assert_eq!(events[1], EventKind::AnswerDropped { turn: 2, messages: 1 });
