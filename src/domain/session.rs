@@ -427,6 +427,7 @@ impl Session {
     }
 }
 
+mod between;
 mod chat;
 mod run;
 mod titling;

@@ -64,57 +64,6 @@ impl Session {
         Ok(vec![EventKind::TurnStarted { turn: self.turn, model: self.model.clone() }])
     }
 
-    /// A turn that only compacts the conversation into a summary (zot's
-    /// `compact`), on a session that takes messages and has something to
-    /// compact.
-    pub fn start_compaction(&mut self, trace_parent: Option<String>) -> Result<Vec<EventKind>, Refused> {
-        if !self.status.takes_messages() {
-            return conflict(format!("the session is {}: it cannot compact now", self.status.as_str()));
-        }
-        if !self.conversation.full {
-            return conflict("the history must be loaded to compact it");
-        }
-        if !self.conversation.messages.iter().any(|m| m.role == Role::User) {
-            return invalid("there is no conversation to compact");
-        }
-        self.turn += 1;
-        self.error = None;
-        self.turn_state = TurnState { compact_only: true, ..TurnState::default() };
-        self.trace_parent = trace_parent.or(self.trace_parent.take());
-        self.become_(Status::Running);
-        Ok(vec![EventKind::TurnStarted { turn: self.turn, model: self.model.clone() }])
-    }
-
-    /// Later turns use `model` (zot's `set_model`); only between turns.
-    pub fn set_model(&mut self, model: &str) -> Result<Vec<EventKind>, Refused> {
-        self.require_between_turns("change its model")?;
-        self.model = model.to_string();
-        self.updated_ms = now_ms();
-        Ok(Vec::new())
-    }
-
-    /// Later turns think this hard (zot's `set_reasoning`); only between
-    /// turns.
-    pub fn set_reasoning(&mut self, level: Option<String>) -> Result<Vec<EventKind>, Refused> {
-        self.require_between_turns("change its reasoning")?;
-        self.options.reasoning = level;
-        self.updated_ms = now_ms();
-        Ok(Vec::new())
-    }
-
-    /// Drops the whole conversation (zot's `clear`); only between turns.
-    /// The event log stays: it is what clients saw.
-    pub fn clear(&mut self) -> Result<Vec<EventKind>, Refused> {
-        self.require_between_turns("be cleared")?;
-        if !self.conversation.full {
-            return conflict("the history must be loaded to clear it");
-        }
-        self.conversation.messages.clear();
-        self.conversation.rewritten = true;
-        self.updated_ms = now_ms();
-        Ok(Vec::new())
-    }
-
     /// The client answers a paused turn. Under [`AnswerRules::Strict`]
     /// every pending frontend call needs exactly one result and every
     /// pending approval exactly one decision; under
@@ -455,15 +404,6 @@ impl Session {
     pub(super) fn become_(&mut self, status: Status) {
         self.status = status;
         self.updated_ms = now_ms();
-    }
-
-    /// Zot's rule for runtime mutations: an idle agent only.
-    fn require_between_turns(&self, what: &str) -> Result<(), Refused> {
-        if self.status.takes_messages() {
-            Ok(())
-        } else {
-            conflict(format!("agent is busy: the session is {}: it cannot {what} now", self.status.as_str()))
-        }
     }
 
     fn require_running(&self, what: &str) -> Result<(), Refused> {
