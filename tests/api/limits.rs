@@ -97,9 +97,17 @@ async fn a_tenants_rate_holds_across_three_replicas_and_other_tenants_are_unaffe
     let expected = f64::from(RATE) * elapsed + 1.0; // the rate over the window plus the burst of 1
     let tolerance = 0.1 * f64::from(RATE) * elapsed;
     assert!(refused > accepted, "the client sent faster than the limit: {accepted} accepted, {refused} refused");
+    // The limit holds: never more than the rate (plus the burst) across the
+    // three replicas. Fewer is the client's doing when the machine is busy
+    // (gaps between requests are capacity the limiter cannot give back), so
+    // the lower bound only shows the limiter is not refusing everything.
     assert!(
-        (f64::from(accepted) - expected).abs() <= tolerance,
-        "accepted {accepted} in {elapsed:.2} s; expected {expected:.1} ± {tolerance:.1}"
+        f64::from(accepted) <= expected + tolerance,
+        "accepted {accepted} in {elapsed:.2} s; at most {expected:.1} + {tolerance:.1} may pass"
+    );
+    assert!(
+        f64::from(accepted) >= 0.6 * expected,
+        "accepted {accepted} in {elapsed:.2} s: the limiter refused far more than the rate ({expected:.1})"
     );
     assert_eq!(others_ok, sent, "the other tenant was never limited");
 }
