@@ -18,6 +18,7 @@
 //! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents; one-shot
 //!   model calls outside sessions (`/summarize`).
 //! - [`tools`]     — server-side tools (HTTP, built-in demo).
+//! - [`repl`]      — rlm mode's JavaScript REPL (QuickJS): cells, host calls on a tape, replay.
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs, OpenTelemetry traces and Prometheus metrics.
 
@@ -33,6 +34,7 @@ pub mod limits;
 pub mod orchestrator;
 pub mod protocol;
 pub mod providers;
+pub mod repl;
 pub mod server;
 pub mod sessions;
 pub mod store;

@@ -176,6 +176,43 @@ pub enum EventKind {
     StateUpdated {
         delta: Value,
     },
+    /// rlm mode: the model's reply held this cell, which runs now.
+    ReplInput {
+        id: String,
+        code: String,
+        /// 0-based.
+        iteration: u32,
+    },
+    /// rlm mode: live output of the running cell (`console.*`, `exec`'s
+    /// streams, `llm_query`'s notes); `stream` is `stdout` or `stderr`.
+    ReplProgress {
+        id: String,
+        chunk: String,
+        stream: String,
+    },
+    /// rlm mode: the cell `id` ran to its end.
+    ReplOutput {
+        id: String,
+        stdout: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        done: bool,
+        iteration: u32,
+        duration_ms: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+    },
+    /// rlm mode: the model's reply had no runnable cell; the loop tells
+    /// the model and goes on (the turn does not fail).
+    ReplError {
+        message: String,
+    },
+    /// A nested run (an rlm `llm_query` child) ended.
+    AgentEnded {
+        reason: TurnEndReason,
+        iterations: u32,
+        usage: Usage,
+    },
 }
 
 impl EventKind {
@@ -204,6 +241,11 @@ impl EventKind {
             Self::Error { .. } => "error",
             Self::StateReplaced { .. } => "state_replaced",
             Self::StateUpdated { .. } => "state_updated",
+            Self::ReplInput { .. } => "repl_input",
+            Self::ReplProgress { .. } => "repl_progress",
+            Self::ReplOutput { .. } => "repl_output",
+            Self::ReplError { .. } => "repl_error",
+            Self::AgentEnded { .. } => "agent_ended",
         }
     }
 

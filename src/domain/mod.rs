@@ -15,6 +15,7 @@ pub mod codes;
 pub mod conversation;
 pub mod events;
 pub mod options;
+pub mod rlm;
 pub mod run;
 pub mod session;
 pub mod title;
@@ -27,7 +28,7 @@ pub use self::{
     run::{ContextEntry, RunInput},
     session::{
         AnswerRules, Answers, CallDecision, CallPlan, ConversationChange, Decision, PlannedCall, Refused,
-        RelayDecision, Session, SessionSpec, Status, StepOutput, StepRestart, Truncation, TurnError,
+        RelayDecision, RlmReply, Session, SessionSpec, Status, StepOutput, StepRestart, Truncation, TurnError,
     },
 };
 

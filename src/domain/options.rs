@@ -46,6 +46,10 @@ pub struct SessionOptions {
     /// Context the client gave its current (or last) run, for the model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<ContextEntry>,
+    /// rlm mode (llm-gateway's `mode: "rlm"`): turns run a REPL loop
+    /// instead of the tool loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rlm: Option<super::rlm::RlmOptions>,
 }
 
 /// Most frontend tools (declared ones included) a session's list grows to

@@ -354,6 +354,7 @@ impl Session {
                 }),
                 _ => None,
             })
+            .chain(self.rlm_pending_relay())
             .collect()
     }
 
@@ -429,11 +430,13 @@ impl Session {
 
 mod between;
 mod chat;
+mod rlm;
 mod run;
 mod titling;
 mod transitions;
 mod turn;
 
+pub use self::rlm::{EXEC_TOOL, Reply as RlmReply};
 pub use self::turn::{
     AnswerRules, Answers, CallDecision, CallPlan, Decision, PlannedCall, RelayDecision, StepOutput, StepRestart,
     Truncation, TurnState,

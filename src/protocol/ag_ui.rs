@@ -307,6 +307,12 @@ impl AgUiEncoder {
                 out.push(event(ts, "STATE_SNAPSHOT", json!({"snapshot": state})));
             }
             EventKind::StateUpdated { delta } => out.push(event(ts, "STATE_DELTA", json!({"delta": delta}))),
+            // rlm mode is llm-gateway's; AG-UI has no REPL events.
+            EventKind::ReplInput { .. }
+            | EventKind::ReplProgress { .. }
+            | EventKind::ReplOutput { .. }
+            | EventKind::ReplError { .. }
+            | EventKind::AgentEnded { .. } => {}
             EventKind::RelayRequested(relay) => out.push(self.relay_requested(ts, relay)),
             EventKind::Paused { pending_relays, pending_calls } => {
                 self.paused(seq, ts, pending_relays, pending_calls, out);

@@ -322,6 +322,11 @@ impl AiSdkEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ReplInput { .. }
+            | EventKind::ReplProgress { .. }
+            | EventKind::ReplOutput { .. }
+            | EventKind::ReplError { .. }
+            | EventKind::AgentEnded { .. }
             // The UI message stream has no title part; the stream ended at `finish`.
             | EventKind::TitleUpdated { .. } => {}
         }

@@ -211,7 +211,12 @@ impl Encoder for CosmoEncoder {
             | EventKind::CompactionDone { .. }
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
-            | EventKind::StateUpdated { .. } => Vec::new(),
+            | EventKind::StateUpdated { .. }
+            | EventKind::ReplInput { .. }
+            | EventKind::ReplProgress { .. }
+            | EventKind::ReplOutput { .. }
+            | EventKind::ReplError { .. }
+            | EventKind::AgentEnded { .. } => Vec::new(),
         }
     }
 

@@ -246,6 +246,11 @@ impl Encoder for ZotEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ReplInput { .. }
+            | EventKind::ReplProgress { .. }
+            | EventKind::ReplOutput { .. }
+            | EventKind::ReplError { .. }
+            | EventKind::AgentEnded { .. }
             | EventKind::TitleUpdated { .. } => {}
         }
         out

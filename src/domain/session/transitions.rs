@@ -334,6 +334,11 @@ impl Session {
         }
         let mut events = Vec::new();
         for relay_id in self.live_relays() {
+            let denied = RelayDecision { approved: false, always: false, reason: Some(reason.to_string()) };
+            if let Some(decided) = self.rlm_decide(&relay_id, &denied) {
+                events.extend(decided);
+                continue;
+            }
             let Some(call_id) = self.asking(&relay_id) else { continue };
             if let Some(planned) = self.planned_mut(&call_id) {
                 planned.plan = CallPlan::Answered;
@@ -445,6 +450,9 @@ impl Session {
     /// Approves (the call becomes runnable; `always` adds a session rule)
     /// or denies the call waiting on `relay_id`.
     fn apply_decision(&mut self, relay_id: &str, decision: &RelayDecision) -> Vec<EventKind> {
+        if let Some(events) = self.rlm_decide(relay_id, decision) {
+            return events;
+        }
         let Some(call_id) = self.asking(relay_id) else { return Vec::new() };
         let Some(planned) = self.planned_mut(&call_id) else { return Vec::new() };
         let call = planned.call.clone();

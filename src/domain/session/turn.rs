@@ -87,6 +87,9 @@ pub struct TurnState {
     pub(super) calls: Vec<PlannedCall>,
     #[serde(default)]
     pub(super) truncations: Vec<Truncation>,
+    /// rlm mode: the REPL loop's replies, cells and host calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) rlm: Option<crate::domain::rlm::RlmState>,
 }
 
 /// A model response, as the orchestrator assembled it from the stream.

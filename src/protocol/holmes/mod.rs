@@ -321,6 +321,11 @@ impl Encoder for HolmesEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ReplInput { .. }
+            | EventKind::ReplProgress { .. }
+            | EventKind::ReplOutput { .. }
+            | EventKind::ReplError { .. }
+            | EventKind::AgentEnded { .. }
             | EventKind::TitleUpdated { .. } => {}
         }
         out

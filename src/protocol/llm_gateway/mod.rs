@@ -17,6 +17,9 @@
 //! | `error` | `error {message, code}` |
 //! | `turn_ended` | `harness_end {reason, iterations, totalUsage}` |
 //! | `step_restarted` (takeover; ours) | `step_restarted {step, discard: [ids]}` |
+//! | `repl_input` / `repl_progress` / `repl_output` (rlm) | the same, camelCased |
+//! | `repl_error` (rlm: a reply without a runnable cell) | `error {error, message}`; the loop goes on |
+//! | `agent_ended` (an rlm `llm_query` child) | `harness_end {reason, iterations, totalUsage}` of its run |
 //!
 //! `harness_end.reason` is `final` or `max_iterations` as in llm-gateway, and
 //! our own `cancelled` (an explicit cancel) and `error` (the turn failed; an
@@ -197,6 +200,37 @@ impl LlmGatewayEncoder {
                 "harness_end",
                 json!({"reason": end_reason(*reason), "iterations": iterations, "totalUsage": usage_fields(usage)}),
             )),
+            EventKind::ReplInput { id, code, iteration } => {
+                self.blocks.end(&agent.agent_id);
+                Some(("repl_input", json!({"id": id, "code": code, "iteration": iteration})))
+            }
+            EventKind::ReplProgress { id, chunk, stream } => {
+                Some(("repl_progress", json!({"id": id, "chunk": chunk, "stream": stream})))
+            }
+            EventKind::ReplOutput { id, stdout, error, done, iteration, duration_ms, truncated } => {
+                self.blocks.end(&agent.agent_id);
+                let mut fields = json!({"id": id, "stdout": stdout, "done": done, "iteration": iteration,
+                    "durationMs": duration_ms});
+                if let Some(error) = error {
+                    fields["error"] = json!(error);
+                }
+                if *truncated {
+                    fields["truncated"] = json!(true);
+                }
+                Some(("repl_output", fields))
+            }
+            EventKind::ReplError { message } => {
+                self.blocks.end(&agent.agent_id);
+                Some(("error", json!({"error": message, "message": message})))
+            }
+            EventKind::AgentEnded { reason, iterations, usage } => {
+                self.blocks.end(&agent.agent_id);
+                self.subagents.remove(&agent.agent_id);
+                let fields =
+                    json!({"reason": end_reason(*reason), "iterations": iterations, "totalUsage": usage_fields(usage)});
+                translated.shown = Some(("harness_end", fields));
+                return translated;
+            }
             EventKind::ToolCallStarted { .. }
             | EventKind::ToolCallArgs { .. }
             | EventKind::RelayDecided { .. }
