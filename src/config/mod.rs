@@ -48,6 +48,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub store: StoreConfig,
     pub agent: AgentConfig,
+    pub rlm: RlmConfig,
     pub on_store_error: StoreFailure,
     /// Tenants by id.
     pub tenants: BTreeMap<String, TenantConfig>,
@@ -142,6 +143,27 @@ impl AgentConfig {
     pub fn titles_for(&self, dialect: &str) -> bool {
         self.titles && !matches!(dialect, "holmes" | "llm-gateway")
     }
+}
+
+/// rlm mode's bounds (`[rlm]`): what a request may ask for at most, and
+/// what its REPL may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RlmConfig {
+    /// Most model replies (cells) of one rlm turn; a request's
+    /// `maxIterations` (default 10) is clamped to it.
+    pub max_iterations: u32,
+    /// Deepest `llm_query` recursion; a request's `maxDepth` (default 2)
+    /// is clamped to it.
+    pub max_depth: u32,
+    /// CPU time of one cell (waiting for the host not counted).
+    pub cell_timeout: Duration,
+    /// Memory of one REPL.
+    pub memory_bytes: usize,
+    /// `exec`'s timeout when the cell gives none, and the most it may give.
+    pub exec_timeout: Duration,
+    pub max_exec_timeout: Duration,
+    /// Longest `llm_query` prompt, in characters (data goes in its context).
+    pub sub_prompt_budget: usize,
 }
 
 #[derive(Debug, Clone)]

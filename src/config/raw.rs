@@ -24,6 +24,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub agent: RawAgent,
     #[serde(default)]
+    pub rlm: RawRlm,
+    #[serde(default)]
     pub limits: RawLimits,
     #[serde(default)]
     pub tenants: Vec<RawTenant>,
@@ -66,6 +68,17 @@ pub struct RawAgent {
     pub relay_timeout_secs: Option<u64>,
     pub default_model: Option<String>,
     pub titles: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawRlm {
+    pub max_iterations: Option<u32>,
+    pub max_depth: Option<u32>,
+    pub cell_timeout_secs: Option<u64>,
+    pub memory_mb: Option<u64>,
+    pub exec_timeout_secs: Option<u64>,
+    pub max_exec_timeout_secs: Option<u64>,
+    pub sub_prompt_budget: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

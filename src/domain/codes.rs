@@ -80,6 +80,8 @@ pub enum FailureCode {
     ContextOverflow,
     /// A quota could not be checked because the store did not answer.
     StoreUnavailable,
+    /// Something in the gateway broke (the REPL of an rlm turn).
+    Internal,
 }
 
 impl FailureCode {
@@ -92,6 +94,7 @@ impl FailureCode {
             Self::UpstreamDisconnected => "upstream_disconnected",
             Self::ContextOverflow => "context_overflow",
             Self::StoreUnavailable => "store_unavailable",
+            Self::Internal => "internal",
         }
     }
 }

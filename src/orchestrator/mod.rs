@@ -10,6 +10,7 @@
 //! - `permissions.rs` — tenant policy and request rules;
 //! - `context.rs`, `compaction.rs` — context-window limits;
 //! - `subagent.rs` — the `agent` tool: a nested loop with its own ids;
+//! - `rlm/` — rlm mode: a REPL loop instead of the tool loop;
 //! - `prompt.rs` — the system prompt and its switchable sections.
 
 mod compaction;
@@ -18,6 +19,7 @@ mod model_call;
 pub mod one_shot;
 pub mod permissions;
 pub mod prompt;
+mod rlm;
 mod subagent;
 mod title;
 mod tools_phase;

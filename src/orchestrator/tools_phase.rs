@@ -205,7 +205,7 @@ fn truncated(call: &ToolCall, outcome: ToolOutcome, limit: u64) -> (ToolOutcome,
     (outcome, Some(truncation))
 }
 
-enum Wait {
+pub(super) enum Wait {
     Decided,
     TimedOut,
     /// Cancelled, draining, shut down, or taken over elsewhere.
@@ -216,7 +216,7 @@ enum Wait {
 /// waiting for them when there are none. Wakes on: a wake-up for this
 /// session (a decision, a cancel, a takeover: each heard on the replica's
 /// subscription), the deadline, or the turn's cancellation.
-async fn wait_for_decisions(handle: &mut RunHandle, deadline: Instant) -> Result<Wait, SessionError> {
+pub(super) async fn wait_for_decisions(handle: &mut RunHandle, deadline: Instant) -> Result<Wait, SessionError> {
     let wake = handle.wake();
     let cancelled = handle.cancelled().clone();
     loop {

@@ -1,6 +1,7 @@
 //! One turn of the agent loop, from its last commit to its end:
 //!
 //! ```text
+//! rlm mode?              → the REPL loop instead (`rlm/`)
 //! a compaction turn?     → compact the history, end (zot's `compact`)
 //! loop:
 //!   tool calls open?     → tools phase (run, relay, pause)
@@ -18,6 +19,8 @@
 //! giving the session up; the title phase (`title.rs`) follows, and a run
 //! of a session whose turn is over is that phase alone (a takeover after
 //! the end).
+
+use std::sync::Arc;
 
 use super::{
     Orchestrator, context,
@@ -140,6 +143,9 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
     else {
         return Ok(End::failed(FailureCode::UnknownModel, format!("the model {alias:?} is not configured")));
     };
+    if handle.session().options().rlm.is_some() {
+        return super::rlm::drive(orchestrator, handle, Arc::new(model.into_owned()), provider).await;
+    }
     let model = &*model;
     if handle.session().compacting_only() {
         let messages = orchestrator.messages_with_system(handle.session());

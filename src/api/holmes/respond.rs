@@ -205,5 +205,6 @@ fn failure(error: Option<&Value>) -> ApiError {
         FailureCode::ContextOverflow => ApiError::new(ErrorCode::InvalidRequest, message),
         FailureCode::UnknownModel => ApiError::new(ErrorCode::UnknownModel, message),
         FailureCode::StoreUnavailable => ApiError::new(ErrorCode::StoreUnavailable, message).with_retry_after(1),
+        FailureCode::Internal => ApiError::internal(message),
     }
 }

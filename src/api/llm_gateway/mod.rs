@@ -32,7 +32,7 @@ use crate::{
     api::openai_messages::WireMessage,
     app::AppState,
     auth::Principal,
-    domain::{ApprovalMode, ChatMessage, PermissionRules, RelayDecision, Role, SessionOptions},
+    domain::{ApprovalMode, ChatMessage, PermissionRules, RelayDecision, Role, SessionOptions, rlm::RlmOptions},
     error::ApiError,
     protocol::llm_gateway::LlmGatewayEncoder,
     sessions::{NewSession, SessionError},
@@ -53,14 +53,27 @@ pub async fn list_models(State(state): State<AppState>, principal: Principal) ->
 pub async fn chat(State(state): State<AppState>, principal: Principal, body: Bytes) -> Result<Response, ApiError> {
     let request = ChatRequest::parse(&body).map_err(ApiError::bad_request)?;
     let model = super::model_or_default(&state, &principal, request.model.as_deref())?;
-    let agent = &state.config.agent;
-    // A request may lower the server's limits, not raise them.
-    let max_iterations = request.max_iterations.unwrap_or(agent.max_iterations).min(agent.max_iterations);
+    let (agent, rlm) = (&state.config.agent, &state.config.rlm);
+    // A request may lower the server's limits, not raise them. rlm mode has
+    // its own (defaults 10 and 2, as llm-gateway documents them).
+    let (max_iterations, max_depth, rlm) = match request.rlm_context {
+        Some(context) => {
+            let max_depth = request.max_depth.unwrap_or(2).min(rlm.max_depth);
+            let options = RlmOptions { max_depth, context };
+            (request.max_iterations.unwrap_or(10).min(rlm.max_iterations), max_depth, Some(options))
+        }
+        None => (
+            request.max_iterations.unwrap_or(agent.max_iterations).min(agent.max_iterations),
+            request.max_depth.unwrap_or(agent.max_depth).min(agent.max_depth),
+            None,
+        ),
+    };
     let options = SessionOptions {
         rules: request.permissions,
         max_iterations: Some(max_iterations),
-        max_depth: Some(request.max_depth.unwrap_or(agent.max_depth).min(agent.max_depth)),
+        max_depth: Some(max_depth),
         approval: ApprovalMode::Relay,
+        rlm,
         ..SessionOptions::default()
     };
     let new = NewSession { id: None, model, dialect: "llm-gateway", options };
@@ -110,6 +123,9 @@ struct ChatRequest {
     permissions: PermissionRules,
     max_iterations: Option<u32>,
     max_depth: Option<u32>,
+    /// rlm mode: the REPL's `context` (empty when the request gives none);
+    /// `None` in agent mode.
+    rlm_context: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,21 +137,18 @@ struct RawChat {
     mode: Option<String>,
     max_iterations: Option<u32>,
     max_depth: Option<u32>,
+    context: Option<String>,
 }
 
 impl ChatRequest {
     fn parse(body: &[u8]) -> Result<Self, String> {
         let raw: RawChat = from_json(body)?;
         let model = raw.model.filter(|m| !m.is_empty());
-        match raw.mode.as_deref() {
-            None | Some("agent") => {}
-            Some("rlm") => {
-                return Err("mode \"rlm\" (Reasoning Loop Mode) is not supported by this gateway; \
-                            use mode \"agent\" or leave it out"
-                    .into());
-            }
-            Some(other) => return Err(format!("unknown mode {other:?}; use \"agent\"")),
-        }
+        let rlm_context = match raw.mode.as_deref() {
+            None | Some("agent") => None,
+            Some("rlm") => Some(raw.context.unwrap_or_default()),
+            Some(other) => return Err(format!("unknown mode {other:?}; use \"agent\" or \"rlm\"")),
+        };
         if raw.max_iterations == Some(0) {
             return Err("`maxIterations` must be at least 1".into());
         }
@@ -158,6 +171,7 @@ impl ChatRequest {
             permissions,
             max_iterations: raw.max_iterations,
             max_depth: raw.max_depth,
+            rlm_context,
         })
     }
 }
@@ -285,7 +299,11 @@ mod tests {
             (json!({"model": "m"}), "`messages` is required"),
             (json!({"model": "m", "messages": []}), "must not be empty"),
             (json!({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}), "from the user"),
-            (json!({"model": "m", "mode": "rlm", "messages": [{"role": "user", "content": "x"}]}), "not supported"),
+            (json!({"model": "m", "mode": "repl", "messages": [{"role": "user", "content": "x"}]}), "unknown mode"),
+            (
+                json!({"model": "m", "mode": "rlm", "context": 3, "messages": [{"role": "user", "content": "x"}]}),
+                "context",
+            ),
             (json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]}), "messages[0]"),
             (json!({"model": "m", "maxIterations": "3", "messages": []}), "`maxIterations`: invalid type"),
             (

@@ -78,6 +78,17 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         titles: raw.agent.titles.unwrap_or(true),
     };
 
+    let rlm = super::RlmConfig {
+        max_iterations: positive(&mut errors, "rlm.max_iterations", raw.rlm.max_iterations).unwrap_or(50),
+        max_depth: raw.rlm.max_depth.unwrap_or(4),
+        cell_timeout: secs(positive(&mut errors, "rlm.cell_timeout_secs", raw.rlm.cell_timeout_secs), 30),
+        memory_bytes: positive(&mut errors, "rlm.memory_mb", raw.rlm.memory_mb).unwrap_or(64) as usize * (1 << 20),
+        exec_timeout: secs(positive(&mut errors, "rlm.exec_timeout_secs", raw.rlm.exec_timeout_secs), 10),
+        max_exec_timeout: secs(positive(&mut errors, "rlm.max_exec_timeout_secs", raw.rlm.max_exec_timeout_secs), 120),
+        sub_prompt_budget: positive(&mut errors, "rlm.sub_prompt_budget", raw.rlm.sub_prompt_budget).unwrap_or(10_000)
+            as usize,
+    };
+
     let on_store_error = match raw.limits.on_store_error.as_deref() {
         None | Some("fail_closed") => super::StoreFailure::FailClosed,
         Some("fail_open") => super::StoreFailure::FailOpen,
@@ -132,6 +143,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         server,
         store,
         agent,
+        rlm,
         on_store_error,
         tenants,
         models,

@@ -58,6 +58,10 @@ impl Session {
                 reasoning: (!output.reasoning.is_empty()).then(|| output.reasoning.clone()),
             });
         }
+        self.turn_state.iterations += 1;
+        self.turn_state.usage.add(&output.usage);
+        self.usage.add(&output.usage);
+        events.push(EventKind::Usage { usage: output.usage, total: self.turn_state.usage });
         let rlm = self.turn_state.rlm.get_or_insert_with(RlmState::default);
         match reply {
             Reply::Cell { id, code } => {
@@ -76,16 +80,13 @@ impl Session {
                 events.push(EventKind::ReplError { message });
             }
         }
-        self.turn_state.iterations += 1;
-        self.turn_state.usage.add(&output.usage);
-        self.usage.add(&output.usage);
-        events.push(EventKind::Usage { usage: output.usage, total: self.turn_state.usage });
         self.updated_ms = now_ms();
         Ok(events)
     }
 
     /// The running cell's host calls so far (committed after each call
-    /// that must not run twice), and the usage of model calls they made.
+    /// that must not run twice), and the usage of the model calls they
+    /// made (counted in the turn's usage).
     pub fn rlm_progress(&mut self, tape: Tape, usage: crate::domain::Usage) -> Result<Vec<EventKind>, Refused> {
         let rlm = self.rlm_running("record a cell's progress")?;
         let Some(cell) = rlm.open_cell_mut() else { return conflict("no cell is running") };
@@ -93,14 +94,11 @@ impl Session {
             return invalid("a cell's host calls only grow");
         }
         cell.tape = tape;
-        let mut events = Vec::new();
-        if usage != crate::domain::Usage::default() {
-            self.turn_state.usage.add(&usage);
-            self.usage.add(&usage);
-            events.push(EventKind::Usage { usage, total: self.turn_state.usage });
-        }
+        // Counted, not announced: the calls' own runs sent their usage.
+        self.turn_state.usage.add(&usage);
+        self.usage.add(&usage);
         self.updated_ms = now_ms();
-        Ok(events)
+        Ok(Vec::new())
     }
 
     /// The running cell ended with `output` (its full `tape`). After

@@ -9,6 +9,7 @@
 
 mod anonymous;
 mod chat;
+mod rlm;
 mod runs;
 mod summarize;
 

@@ -88,7 +88,8 @@ impl RawSse {
 }
 
 /// Replaces run-specific values with placeholders: the given strings, every
-/// `"ts":<digits>` and `"timestamp":<digits>` (AG-UI's), and every
+/// `"ts":<digits>`, `"timestamp":<digits>` (AG-UI's) and `"durationMs":<digits>`
+/// (rlm cells'), and every
 /// `"time":"<string>"`. Heartbeat comments are dropped.
 pub fn normalise(text: &str, replacements: &[(&str, &str)]) -> String {
     let mut out = text.replace("\r\n", "\n");
@@ -104,7 +105,7 @@ pub fn normalise(text: &str, replacements: &[(&str, &str)]) -> String {
         rest = &tail[tail.find('"').unwrap_or(tail.len())..];
     }
     timeless.push_str(rest);
-    let masked = mask_numbers(&mask_numbers(&timeless, "ts"), "timestamp");
+    let masked = mask_numbers(&mask_numbers(&mask_numbers(&timeless, "ts"), "timestamp"), "durationMs");
     masked.lines().filter(|l| !l.starts_with(':')).map(|l| format!("{l}\n")).collect()
 }
 

@@ -1,0 +1,117 @@
+//! rlm mode (`mode: "rlm"`): cells, `scope`, `llm_query` children, errors
+//! the model is told, the events in llm-gateway's shapes and order (golden
+//! transcript), and a takeover that rebuilds the REPL by replay without
+//! calling the model again for the replayed cells.
+
+use serde_json::{Value, json};
+
+use super::{chat, chat_body, kinds, session_of, user};
+use crate::{
+    orchestrator::world,
+    sse::Frame,
+    support::{
+        mock_upstream::Reply,
+        raw_sse::{assert_golden, normalise},
+    },
+};
+
+fn cell(code: &str) -> String {
+    format!("```js\n{code}\n```")
+}
+
+/// The ids a stream's events carry that differ from run to run (cells,
+/// child agents), as placeholders in order of appearance.
+fn placeholders(frames: &[Frame], session_id: &str) -> Vec<(String, String)> {
+    let mut out = vec![(session_id.to_string(), "<session>".to_string())];
+    for frame in frames {
+        let ids = [("repl_input", "id", "cell"), ("harness_start", "agentId", "child")];
+        for (event, field, name) in ids {
+            if frame.event != event {
+                continue;
+            }
+            let Some(id) = frame.data[field].as_str() else { continue };
+            if id != "main" && !out.iter().any(|(from, _)| from == id) {
+                let n = out.iter().filter(|(_, to)| to.starts_with(&format!("<{name}"))).count() + 1;
+                out.push((id.to_string(), format!("<{name}{n}>")));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn an_rlm_turn_keeps_scope_queries_a_child_and_ends_with_final_matching_the_golden_transcript() {
+    let w = world(1, |_| {}).await;
+    w.upstream.push(
+        Reply::new()
+            .text(["Let me look.\n", &cell("scope.n = context.length;\nconsole.log('n =', scope.n)")])
+            .usage(30, 10),
+    );
+    w.upstream.push(
+        Reply::new()
+            .text([cell("const one = await llm_query('Say one', 'the data');\nconsole.log('child said', one)")])
+            .usage(40, 12),
+    );
+    // The child (its own REPL, context "the data"): a reply without code,
+    // then its FINAL.
+    w.upstream.push(Reply::new().text(["I will answer."]).usage(5, 3));
+    w.upstream.push(Reply::new().text([cell("FINAL(context.toUpperCase())")]).usage(6, 4));
+    w.upstream.push(Reply::new().text([cell("throw new Error('oops')")]).usage(50, 5));
+    w.upstream.push(Reply::new().text([cell("FINAL(`${scope.n} chars`)")]).usage(60, 6));
+    let body = chat_body(
+        "mock",
+        json!([user("How long is the context?")]),
+        json!({"mode": "rlm", "context": "hello world", "maxDepth": 1}),
+    );
+    let mut stream = chat(&w, 0, &body).await;
+    let text = stream.rest().await;
+    let frames = stream.frames();
+    let session_id = session_of(&stream);
+    let owned = placeholders(&frames, &session_id);
+    let replacements: Vec<(&str, &str)> = owned.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_golden("llm_gateway_rlm.sse", &normalise(&text, &replacements));
+    assert_eq!(w.upstream.calls(), 6);
+
+    // The loop as llm-gateway's REPL view reads it.
+    let outputs: Vec<&Value> = frames.iter().filter(|f| f.event == "repl_output").map(|f| &f.data).collect();
+    let root: Vec<&&Value> = outputs.iter().filter(|o| o.get("parentId").is_none()).collect();
+    let stdout: Vec<&str> = root.iter().map(|o| o["stdout"].as_str().unwrap()).collect();
+    assert_eq!(stdout, ["n = 11", "child said THE DATA", "", ""]);
+    assert_eq!(root[2]["error"], "oops");
+    assert_eq!(root.iter().map(|o| o["done"].as_bool().unwrap()).collect::<Vec<_>>(), [false, false, false, true]);
+    assert_eq!(root.iter().map(|o| o["iteration"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    let last = frames.iter().rev().find(|f| f.event == "text").unwrap();
+    assert_eq!(last.data["content"], "11 chars");
+    let end = frames.last().unwrap();
+    assert_eq!(
+        (end.event.as_str(), &end.data["reason"], &end.data["iterations"]),
+        ("harness_end", &json!("final"), &json!(4))
+    );
+
+    // The child: its run hangs under the cell that queried it.
+    let query_cell = frames.iter().filter(|f| f.event == "repl_input").nth(1).unwrap().data["id"].clone();
+    let child: Vec<&Frame> = frames.iter().filter(|f| f.data.get("parentId") == Some(&query_cell)).collect();
+    assert_eq!(
+        kinds(&child.iter().map(|f| (*f).clone()).collect::<Vec<_>>()),
+        [
+            "harness_start",
+            "text",
+            "usage",
+            "error",
+            "text",
+            "usage",
+            "repl_input",
+            "repl_output",
+            "text",
+            "harness_end"
+        ]
+    );
+    assert_eq!(child[0].data["depth"], 1);
+    let child_end = child.last().unwrap();
+    assert_eq!((&child_end.data["reason"], &child_end.data["iterations"]), (&json!("final"), &json!(2)));
+
+    // The conversation keeps the answer, not the REPL loop.
+    let session: Value =
+        w.apps[0].get(&format!("/v1/sessions/{session_id}"), Some(&w.token)).await.json().await.unwrap();
+    assert_eq!(session["status"], "completed", "{session}");
+}
