@@ -115,3 +115,54 @@ async fn an_rlm_turn_keeps_scope_queries_a_child_and_ends_with_final_matching_th
         w.apps[0].get(&format!("/v1/sessions/{session_id}"), Some(&w.token)).await.json().await.unwrap();
     assert_eq!(session["status"], "completed", "{session}");
 }
+
+#[tokio::test]
+async fn a_replica_that_takes_an_rlm_turn_over_replays_its_cells_without_calling_the_model_again() {
+    let mut w = world(2, |o| o.lease_ttl_secs = 1).await;
+    let first = "scope.answer = 41;\nscope.r = Math.random();\nconsole.log('stored', Date.now() > 0)";
+    w.upstream.push(Reply::new().text([cell(first)]));
+    w.upstream
+        .push(Reply::new().text([cell("scope.one = await llm_query('Say one');\nconsole.log(scope.one, scope.r)")]));
+    w.upstream.push(Reply::new().text([cell("FINAL('one')")]));
+    // The third root reply never comes on A.
+    w.upstream.push(Reply::new().text(["```js\n"]).stall_after(1));
+    w.upstream.push(Reply::new().text([cell("FINAL(`${scope.answer + 1} ${scope.one}`)")]));
+    let body = chat_body("mock", json!([user("go")]), json!({"mode": "rlm", "maxDepth": 1}));
+    let mut on_a = chat(&w, 0, &body).await;
+    let root_output = |f: &Frame| f.event == "repl_output" && f.data.get("parentId").is_none();
+    let frames = on_a.until(|frames| frames.iter().filter(|f| root_output(f)).count() == 2).await;
+    let outputs: Vec<String> =
+        frames.iter().filter(|f| root_output(f)).map(|f| f.data["stdout"].as_str().unwrap().to_string()).collect();
+    let session_id = session_of(&on_a);
+    // The cut reply's first words reached the log: B must take them back.
+    let seen = frames.len();
+    let frames = on_a.until(|frames| frames[seen..].iter().any(|f| f.event == "text")).await;
+    let cut = frames[seen..].iter().find(|f| f.event == "text").unwrap().clone();
+    w.apps.remove(0).kill();
+    drop(on_a);
+
+    let mut on_b = super::rejoin(&w.apps[0], &w.token, &session_id, 0).await;
+    on_b.rest().await;
+    let frames = on_b.frames();
+    let end = frames.last().unwrap();
+    assert_eq!((end.event.as_str(), &end.data["reason"]), ("harness_end", &json!("final")), "{:?}", kinds(&frames));
+    let answer = frames.iter().rev().find(|f| f.event == "text").unwrap();
+    assert_eq!(answer.data["content"], "42 one", "scope was rebuilt by the replay");
+    // A's two cells, their model replies and the child's, were not made
+    // again: one more model call, for the cut third reply.
+    assert_eq!(w.upstream.calls(), 5);
+    let restarted: Vec<&Frame> = frames.iter().filter(|f| f.event == "step_restarted").collect();
+    assert_eq!(restarted.len(), 1, "{:?}", kinds(&frames));
+    assert_eq!(restarted[0].data["discard"], json!([cut.data["id"]]));
+    let root_outputs: Vec<&str> = frames
+        .iter()
+        .filter(|f| f.event == "repl_output" && f.data.get("parentId").is_none())
+        .map(|f| f.data["stdout"].as_str().unwrap())
+        .collect();
+    assert_eq!(root_outputs[..2], outputs.iter().map(String::as_str).collect::<Vec<_>>()[..]);
+    assert_eq!(root_outputs.len(), 3, "each cell's output once: {root_outputs:?}");
+    // The last model call saw the replayed cells' feedback.
+    let last = &w.upstream.requests()[4];
+    let text = last.body.to_string();
+    assert!(text.contains("stored true") && text.contains(&outputs[1]), "{text}");
+}

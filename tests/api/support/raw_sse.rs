@@ -51,6 +51,17 @@ impl RawSse {
         }
     }
 
+    /// Reads until `done` holds for the frames read so far; returns them.
+    pub async fn until(&mut self, done: impl Fn(&[Frame]) -> bool) -> Vec<Frame> {
+        loop {
+            let frames = self.frames();
+            if done(&frames) {
+                return frames;
+            }
+            assert!(self.read().await, "the stream ended first: {}", self.text());
+        }
+    }
+
     /// Reads to the end of the stream; returns all the text read.
     pub async fn rest(&mut self) -> String {
         while self.read().await {}
