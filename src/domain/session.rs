@@ -443,6 +443,8 @@ pub use self::turn::{
 };
 
 #[cfg(test)]
+mod rlm_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod title_tests;
