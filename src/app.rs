@@ -59,6 +59,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Every background task is spawned here; shutdown waits for them.
     pub tasks: TaskTracker,
+    /// Whether the sandbox worked at start-up (`/readyz` reports it).
+    pub sandbox: Arc<crate::sandbox::Probe>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,8 @@ pub enum StartupError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot make the workspace directory: {0}")]
+    Workspaces(std::io::Error),
 }
 
 pub struct Application {
@@ -113,8 +117,19 @@ impl Application {
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
         let model_limits = ModelLimits::of(&config.models);
-        let state =
-            AppState { config, store, sessions, metrics, model_limits, providers, enabled_prompts, shutdown, tasks };
+        let sandbox = Arc::new(probe_sandbox(&config).await?);
+        let state = AppState {
+            config,
+            store,
+            sessions,
+            metrics,
+            model_limits,
+            providers,
+            enabled_prompts,
+            shutdown,
+            tasks,
+            sandbox,
+        };
         let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
     }
@@ -171,6 +186,30 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Runs the sandbox's probe once, and logs what it found (loudly when a
+/// tenant runs commands and it does not work, or when it is off).
+async fn probe_sandbox(config: &Config) -> Result<crate::sandbox::Probe, StartupError> {
+    let root = crate::sandbox::prepare_root(&config.sandbox).await.map_err(StartupError::Workspaces)?;
+    let sandbox = crate::sandbox::open(&config.sandbox);
+    let probe = crate::sandbox::probe(&*sandbox, &root, config.sandbox.uid).await;
+    if config.sandbox.dir.is_none() {
+        let _ = tokio::fs::remove_dir_all(&root).await;
+    }
+    let limits = crate::sandbox::describe(&config.sandbox.limits);
+    match (probe.works, config.needs_sandbox()) {
+        (true, _) => tracing::info!(backend = probe.backend, detail = %probe.detail, %limits, "sandbox works"),
+        (false, true) => tracing::error!(
+            backend = probe.backend,
+            detail = %probe.detail,
+            "the sandbox does not work on this host: bash is off and /readyz answers 503"
+        ),
+        (false, false) => {
+            tracing::warn!(backend = probe.backend, detail = %probe.detail, "the sandbox does not work here")
+        }
+    }
+    Ok(probe)
 }
 
 /// The routes and the middleware stack. Layers listed first wrap the ones

@@ -17,7 +17,10 @@
 //! - [`protocol`]  — one encoder per dialect over the domain's events.
 //! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents; one-shot
 //!   model calls outside sessions (`/summarize`).
-//! - [`tools`]     — server-side tools (HTTP, built-in demo).
+//! - [`tools`]     — server-side tools (HTTP, built-in demo) and the default workspace tools
+//!   (`bash`, `read`, `patch`) with the skills they can read.
+//! - [`sandbox`]   — runs one command in a workspace directory: bubblewrap (or none, for
+//!   development), limits, timeout, output chunks, the kill of the process group.
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs, OpenTelemetry traces and Prometheus metrics.
 
@@ -33,6 +36,7 @@ pub mod limits;
 pub mod orchestrator;
 pub mod protocol;
 pub mod providers;
+pub mod sandbox;
 pub mod server;
 pub mod sessions;
 pub mod store;

@@ -31,6 +31,7 @@ mod orchestrator;
 mod orchestrator_limits;
 mod providers;
 mod restarts;
+mod sandbox;
 mod session_list;
 mod sessions;
 mod store_contract;
