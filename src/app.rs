@@ -61,6 +61,8 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Whether the sandbox worked at start-up (`/readyz` reports it).
     pub sandbox: Arc<crate::sandbox::Probe>,
+    /// Workspace templates, read at start-up.
+    pub seeds: Arc<crate::workspace::Seeds>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +73,8 @@ pub enum StartupError {
     Store(#[from] StoreError),
     #[error("cannot make the workspace directory: {0}")]
     Workspaces(std::io::Error),
+    #[error("cannot read a workspace template: {0}")]
+    Templates(String),
 }
 
 pub struct Application {
@@ -103,8 +107,15 @@ impl Application {
         // The runner comes first: the sessions service may take sessions
         // over as soon as it starts, and must be able to run them.
         let providers = Arc::new(Providers::from_config(&config));
-        let runner =
-            runner.unwrap_or_else(|| Orchestrator::new(config.clone(), providers.clone(), (*enabled_prompts).clone()));
+        let (workspaces, probe, skills) = open_workspaces(&config, &store, &tasks).await?;
+        let seeds = {
+            let config = config.sandbox.clone();
+            let loaded = tokio::task::spawn_blocking(move || crate::workspace::Seeds::load(&config)).await;
+            Arc::new(loaded.map_err(|e| StartupError::Templates(e.to_string()))?.map_err(StartupError::Templates)?)
+        };
+        let runner = runner.unwrap_or_else(|| {
+            Orchestrator::new(config.clone(), providers.clone(), (*enabled_prompts).clone(), workspaces.clone(), skills)
+        });
         let sessions = Sessions::start(
             store.clone(),
             notices_rx,
@@ -117,7 +128,7 @@ impl Application {
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
         let model_limits = ModelLimits::of(&config.models);
-        let sandbox = Arc::new(probe_sandbox(&config).await?);
+        let sandbox = Arc::new(probe);
         let state = AppState {
             config,
             store,
@@ -129,6 +140,7 @@ impl Application {
             shutdown,
             tasks,
             sandbox,
+            seeds,
         };
         let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
@@ -188,14 +200,21 @@ impl Application {
     }
 }
 
-/// Runs the sandbox's probe once, and logs what it found (loudly when a
-/// tenant runs commands and it does not work, or when it is off).
-async fn probe_sandbox(config: &Config) -> Result<crate::sandbox::Probe, StartupError> {
+/// The sandbox, its probe (run once here, logged loudly when a tenant runs
+/// commands and it does not work), the skills, and the replica's workspaces.
+async fn open_workspaces(
+    config: &Config,
+    store: &Store,
+    tasks: &TaskTracker,
+) -> Result<(Arc<crate::workspace::Workspaces>, crate::sandbox::Probe, Vec<crate::tools::skills::Skill>), StartupError>
+{
     let root = crate::sandbox::prepare_root(&config.sandbox).await.map_err(StartupError::Workspaces)?;
     let sandbox = crate::sandbox::open(&config.sandbox);
     let probe = crate::sandbox::probe(&*sandbox, &root, config.sandbox.uid).await;
-    if config.sandbox.dir.is_none() {
-        let _ = tokio::fs::remove_dir_all(&root).await;
+    let dirs = config.skills.dirs.clone();
+    let skills = tokio::task::spawn_blocking(move || crate::tools::skills::discover(&dirs)).await.unwrap_or_default();
+    if !skills.is_empty() {
+        tracing::info!(skills = skills.len(), "skills found");
     }
     let limits = crate::sandbox::describe(&config.sandbox.limits);
     match (probe.works, config.needs_sandbox()) {
@@ -209,7 +228,15 @@ async fn probe_sandbox(config: &Config) -> Result<crate::sandbox::Probe, Startup
             tracing::warn!(backend = probe.backend, detail = %probe.detail, "the sandbox does not work here")
         }
     }
-    Ok(probe)
+    let workspaces = crate::workspace::Workspaces::new(
+        root,
+        config.sandbox.clone(),
+        sandbox,
+        store.workspaces.clone(),
+        skills.iter().map(|s| s.mount.clone()).collect(),
+        tasks.clone(),
+    );
+    Ok((workspaces, probe, skills))
 }
 
 /// The routes and the middleware stack. Layers listed first wrap the ones

@@ -21,6 +21,8 @@
 //!   (`bash`, `read`, `patch`) with the skills they can read.
 //! - [`sandbox`]   — runs one command in a workspace directory: bubblewrap (or none, for
 //!   development), limits, timeout, output chunks, the kill of the process group.
+//! - [`workspace`] — a session's files: materialised from the store on the replica that runs
+//!   its turn, changes found and committed with the tool's result, seeds and templates.
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs, OpenTelemetry traces and Prometheus metrics.
 
@@ -42,3 +44,4 @@ pub mod sessions;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod workspace;

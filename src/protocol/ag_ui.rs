@@ -307,6 +307,8 @@ impl AgUiEncoder {
                 out.push(event(ts, "STATE_SNAPSHOT", json!({"snapshot": state})));
             }
             EventKind::StateUpdated { delta } => out.push(event(ts, "STATE_DELTA", json!({"delta": delta}))),
+            // AG-UI has no event for a tool's live output.
+            EventKind::ToolProgress { .. } => {}
             EventKind::RelayRequested(relay) => out.push(self.relay_requested(ts, relay)),
             EventKind::Paused { pending_relays, pending_calls } => {
                 self.paused(seq, ts, pending_relays, pending_calls, out);

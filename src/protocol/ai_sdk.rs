@@ -322,6 +322,7 @@ impl AiSdkEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ToolProgress { .. }
             // The UI message stream has no title part; the stream ended at `finish`.
             | EventKind::TitleUpdated { .. } => {}
         }

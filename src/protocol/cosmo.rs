@@ -211,7 +211,8 @@ impl Encoder for CosmoEncoder {
             | EventKind::CompactionDone { .. }
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
-            | EventKind::StateUpdated { .. } => Vec::new(),
+            | EventKind::StateUpdated { .. }
+            | EventKind::ToolProgress { .. } => Vec::new(),
         }
     }
 

@@ -234,3 +234,15 @@ mod tests {
         }
     }
 }
+
+/// The text of a tool's result as the model read it: the output's text, the
+/// `context` of a workspace tool's `{context, result}`, or other JSON as text.
+pub fn tool_text(output: &serde_json::Value) -> String {
+    match output {
+        serde_json::Value::String(text) => text.clone(),
+        other => match other.get("context").and_then(serde_json::Value::as_str) {
+            Some(context) => context.to_string(),
+            None => other.to_string(),
+        },
+    }
+}

@@ -88,21 +88,7 @@ pub struct Mount {
     pub target: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputStream {
-    Stdout,
-    Stderr,
-}
-
-impl OutputStream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stdout => "stdout",
-            Self::Stderr => "stderr",
-        }
-    }
-}
+pub use crate::domain::OutputStream;
 
 /// A piece of a running command's output (whole UTF-8 characters).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,5 +36,6 @@ mod session_list;
 mod sessions;
 mod store_contract;
 mod titles;
+mod workspace_tools;
 mod zot;
 mod zot_bridge;
