@@ -59,6 +59,10 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Every background task is spawned here; shutdown waits for them.
     pub tasks: TaskTracker,
+    /// Whether the sandbox worked at start-up (`/readyz` reports it).
+    pub sandbox: Arc<crate::sandbox::Probe>,
+    /// Workspace templates, read at start-up.
+    pub seeds: Arc<crate::workspace::Seeds>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +71,10 @@ pub enum StartupError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot make the workspace directory: {0}")]
+    Workspaces(std::io::Error),
+    #[error("cannot read a workspace template: {0}")]
+    Templates(String),
 }
 
 pub struct Application {
@@ -99,8 +107,15 @@ impl Application {
         // The runner comes first: the sessions service may take sessions
         // over as soon as it starts, and must be able to run them.
         let providers = Arc::new(Providers::from_config(&config));
-        let runner =
-            runner.unwrap_or_else(|| Orchestrator::new(config.clone(), providers.clone(), (*enabled_prompts).clone()));
+        let (workspaces, probe, skills) = open_workspaces(&config, &store, &tasks).await?;
+        let seeds = {
+            let config = config.sandbox.clone();
+            let loaded = tokio::task::spawn_blocking(move || crate::workspace::Seeds::load(&config)).await;
+            Arc::new(loaded.map_err(|e| StartupError::Templates(e.to_string()))?.map_err(StartupError::Templates)?)
+        };
+        let runner = runner.unwrap_or_else(|| {
+            Orchestrator::new(config.clone(), providers.clone(), (*enabled_prompts).clone(), workspaces.clone(), skills)
+        });
         let sessions = Sessions::start(
             store.clone(),
             notices_rx,
@@ -113,8 +128,20 @@ impl Application {
         let limits = RateLimits::new(config.clone(), store.quotas.clone(), metrics.clone());
         limits.start_cleanup(&tasks, shutdown.clone());
         let model_limits = ModelLimits::of(&config.models);
-        let state =
-            AppState { config, store, sessions, metrics, model_limits, providers, enabled_prompts, shutdown, tasks };
+        let sandbox = Arc::new(probe);
+        let state = AppState {
+            config,
+            store,
+            sessions,
+            metrics,
+            model_limits,
+            providers,
+            enabled_prompts,
+            shutdown,
+            tasks,
+            sandbox,
+            seeds,
+        };
         let router = router(state.clone(), authenticator, limits);
         Ok(Self { listener, router, state })
     }
@@ -171,6 +198,45 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// The sandbox, its probe (run once here, logged loudly when a tenant runs
+/// commands and it does not work), the skills, and the replica's workspaces.
+async fn open_workspaces(
+    config: &Config,
+    store: &Store,
+    tasks: &TaskTracker,
+) -> Result<(Arc<crate::workspace::Workspaces>, crate::sandbox::Probe, Vec<crate::tools::skills::Skill>), StartupError>
+{
+    let root = crate::sandbox::prepare_root(&config.sandbox).await.map_err(StartupError::Workspaces)?;
+    let sandbox = crate::sandbox::open(&config.sandbox);
+    let probe = crate::sandbox::probe(&*sandbox, &root, config.sandbox.uid).await;
+    let dirs = config.skills.dirs.clone();
+    let skills = tokio::task::spawn_blocking(move || crate::tools::skills::discover(&dirs)).await.unwrap_or_default();
+    if !skills.is_empty() {
+        tracing::info!(skills = skills.len(), "skills found");
+    }
+    let limits = crate::sandbox::describe(&config.sandbox.limits);
+    match (probe.works, config.needs_sandbox()) {
+        (true, _) => tracing::info!(backend = probe.backend, detail = %probe.detail, %limits, "sandbox works"),
+        (false, true) => tracing::error!(
+            backend = probe.backend,
+            detail = %probe.detail,
+            "the sandbox does not work on this host: bash is off and /readyz answers 503"
+        ),
+        (false, false) => {
+            tracing::warn!(backend = probe.backend, detail = %probe.detail, "the sandbox does not work here")
+        }
+    }
+    let workspaces = crate::workspace::Workspaces::new(
+        root,
+        config.sandbox.clone(),
+        sandbox,
+        store.workspaces.clone(),
+        skills.iter().map(|s| s.mount.clone()).collect(),
+        tasks.clone(),
+    );
+    Ok((workspaces, probe, skills))
 }
 
 /// The routes and the middleware stack. Layers listed first wrap the ones

@@ -133,6 +133,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                     config.tools.len(),
                     if config.store.redis_url.is_some() { "redis" } else { "in-memory" },
                 );
+                check_sandbox(&config).await;
                 ExitCode::SUCCESS
             }
             Err(errors) => report(&errors),
@@ -157,6 +158,33 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `check-config`'s report on the sandbox: its probe, run here (a warning,
+/// not an error: the host that runs `check-config` may not be the one that
+/// serves).
+async fn check_sandbox(config: &Config) {
+    let probe = match crate::sandbox::prepare_root(&config.sandbox).await {
+        Ok(root) => {
+            let sandbox = crate::sandbox::open(&config.sandbox);
+            let probe = crate::sandbox::probe(&*sandbox, &root, config.sandbox.uid).await;
+            if config.sandbox.dir.is_none() {
+                let _ = tokio::fs::remove_dir_all(&root).await;
+            }
+            probe
+        }
+        Err(e) => crate::sandbox::Probe {
+            backend: config.sandbox.backend.as_str(),
+            works: false,
+            detail: format!("cannot make the workspace directory: {e}"),
+        },
+    };
+    if probe.works {
+        println!("sandbox: {} works on this host ({})", probe.backend, probe.detail);
+    } else {
+        let needed = if config.needs_sandbox() { " (a tenant has bash: /readyz will answer 503)" } else { "" };
+        eprintln!("warning: sandbox: {} does not work on this host{needed}: {}", probe.backend, probe.detail);
     }
 }
 

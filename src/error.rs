@@ -47,6 +47,8 @@ pub enum ErrorCode {
     StoreUnavailable,
     /// The replica is shutting down (readiness); another one answers.
     Draining,
+    /// The sandbox does not work on this replica (readiness).
+    SandboxUnavailable,
     UpstreamError,
     UpstreamTimeout,
     Internal,
@@ -72,6 +74,7 @@ impl ErrorCode {
             Self::HeadersTooLarge => "headers_too_large",
             Self::StoreUnavailable => "store_unavailable",
             Self::Draining => "draining",
+            Self::SandboxUnavailable => "sandbox_unavailable",
             Self::UpstreamError => "upstream_error",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::Internal => "internal",
@@ -93,7 +96,7 @@ impl ErrorCode {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Self::StoreUnavailable | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::Draining | Self::SandboxUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamError => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -17,7 +17,12 @@
 //! - [`protocol`]  — one encoder per dialect over the domain's events.
 //! - [`orchestrator`] — the agent loop: model steps, tools, permissions, relays, subagents; one-shot
 //!   model calls outside sessions (`/summarize`).
-//! - [`tools`]     — server-side tools (HTTP, built-in demo).
+//! - [`tools`]     — server-side tools (HTTP, built-in demo) and the default workspace tools
+//!   (`bash`, `read`, `patch`) with the skills they can read.
+//! - [`sandbox`]   — runs one command in a workspace directory: bubblewrap (or none, for
+//!   development), limits, timeout, output chunks, the kill of the process group.
+//! - [`workspace`] — a session's files: materialised from the store on the replica that runs
+//!   its turn, changes found and committed with the tool's result, seeds and templates.
 //! - [`repl`]      — rlm mode's JavaScript REPL (QuickJS): cells, host calls on a tape, replay.
 //! - [`providers`] — model providers behind one trait (demo, OpenAI-compatible, Anthropic).
 //! - [`telemetry`] — logs, OpenTelemetry traces and Prometheus metrics.
@@ -35,8 +40,10 @@ pub mod orchestrator;
 pub mod protocol;
 pub mod providers;
 pub mod repl;
+pub mod sandbox;
 pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod workspace;

@@ -116,7 +116,7 @@ pub async fn run(
     let model = super::model_or_default(&state, &principal, requested)?;
     // The run's tools, context and state come with every run (run_input).
     let options = SessionOptions { approval: ApprovalMode::Pause, ..SessionOptions::default() };
-    let new = NewSession { id: None, model, dialect: "ag-ui", options };
+    let new = NewSession { id: None, model, dialect: "ag-ui", options, files: None };
     let proceeded = client_chat::proceed(&state, &principal, new, &input).await?;
 
     let known: HashSet<String> =

@@ -95,7 +95,7 @@ pub async fn chat(
         undeclared_tools_are_client: true,
         ..SessionOptions::default()
     };
-    let new = NewSession { id: None, model, dialect: "ai-sdk", options };
+    let new = NewSession { id: None, model, dialect: "ai-sdk", options, files: None };
     let conversation = body.conversation();
     let proceeded = client_chat::proceed(&state, &principal, new, &conversation).await?;
     let encoder = if proceeded.resumed {

@@ -10,6 +10,7 @@ mod native;
 mod openai_messages;
 mod ops;
 mod stream;
+mod workspace;
 mod zot;
 
 use axum::{
@@ -43,6 +44,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/tool-results", post(native::tool_results))
         .route("/v1/sessions/{id}/relays/{relay_id}", post(native::decide_relay))
         .route("/v1/sessions/{id}/cancel", post(native::cancel))
+        .route("/v1/sessions/{id}/workspace", get(workspace::get))
         .route("/v1/ai-sdk/chat", post(ai_sdk::chat))
         .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect))
         .route("/v1/ag-ui", post(ag_ui::run))

@@ -40,6 +40,16 @@ pub struct CreateSession {
     /// stays open) or `pause` (the stream ends; answer with tool-results).
     #[serde(default)]
     pub approval: ApprovalMode,
+    /// The workspace's first files: `{files: [{path, content | content_base64}], template}`.
+    pub workspace: Option<WorkspaceSeed>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSeed {
+    #[serde(default)]
+    pub files: Vec<crate::workspace::SeedFile>,
+    pub template: Option<String>,
 }
 
 /// `POST /v1/sessions`: an idle session on the given model alias.
@@ -61,7 +71,16 @@ pub async fn create(
         approval: body.approval,
         ..SessionOptions::default()
     };
-    let new = NewSession { id: None, model: body.model, dialect: "native", options };
+    let files = match &body.workspace {
+        Some(seed) => Some(
+            state
+                .seeds
+                .seed(&state.config.sandbox, seed.template.as_deref(), &seed.files)
+                .map_err(super::workspace::seed_error)?,
+        ),
+        None => None,
+    };
+    let new = NewSession { id: None, model: body.model, dialect: "native", options, files };
     let session = state.sessions.create(&principal, new).await?;
     let created = SessionView { session, replica: None, last_seq: 0, turn_start_seq: 0 };
     Ok((StatusCode::CREATED, Json(view(&created))).into_response())

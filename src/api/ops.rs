@@ -18,8 +18,8 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The process can do useful work: it is not draining, and its store
-/// answers.
+/// The process can do useful work: it is not draining, its store answers,
+/// and its sandbox worked at start-up when a tenant runs commands.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     if state.sessions.draining().is_cancelled() {
         return Err(ApiError::new(ErrorCode::Draining, "this replica is shutting down").with_retry_after(1));
@@ -30,8 +30,13 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
             .with_retry_after(1)
             .with_detail(detail)
     };
+    let sandbox = json!({"backend": state.sandbox.backend, "works": state.sandbox.works});
+    if state.config.needs_sandbox() && !state.sandbox.works {
+        return Err(ApiError::new(ErrorCode::SandboxUnavailable, "the sandbox does not work on this replica")
+            .with_detail(state.sandbox.detail.clone()));
+    }
     match tokio::time::timeout(READY_TIMEOUT, state.store.health.ping()).await {
-        Ok(Ok(())) => Ok(Json(json!({"status": "ready", "store": store}))),
+        Ok(Ok(())) => Ok(Json(json!({"status": "ready", "store": store, "sandbox": sandbox}))),
         Ok(Err(e)) => Err(unavailable(e.to_string())),
         Err(_) => Err(unavailable(format!("no answer within {READY_TIMEOUT:?}"))),
     }

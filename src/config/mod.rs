@@ -14,6 +14,7 @@
 pub mod access;
 mod models;
 mod raw;
+pub mod sandbox;
 mod validate;
 
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
@@ -23,6 +24,7 @@ pub use self::{
     models::{
         ModelConfig, PATTERN_SUFFIX, Prices, ProviderKind, Resilience, ResolvedModel, pattern_prefix, resolve_key,
     },
+    sandbox::{CommandLimits, DefaultTools, SandboxBackend, SandboxConfig, SkillsConfig},
 };
 
 /// Looks up an environment variable. Passed explicitly so tests can supply
@@ -60,6 +62,9 @@ pub struct Config {
     pub anonymous: Option<Anonymous>,
     /// True when the dev tenant signs with [`BUILTIN_DEV_SECRET`].
     pub uses_builtin_dev_secret: bool,
+    /// Where `bash`, `read`, `patch` and the rlm REPL's `exec` run.
+    pub sandbox: SandboxConfig,
+    pub skills: SkillsConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +185,9 @@ pub struct TenantConfig {
     /// The tenant's own provider keys by model alias, used instead of the
     /// model's key. Read at start-up; never stored in a session.
     pub credentials: BTreeMap<String, Secret>,
+    /// Which of `agent`, `bash`, `read`, `patch` its sessions have, and how
+    /// they are permitted.
+    pub tools: DefaultTools,
 }
 
 impl TenantConfig {
@@ -427,7 +435,20 @@ impl Config {
                 anonymous.tenant
             ));
         }
+        if self.sandbox.backend == SandboxBackend::Unsandboxed {
+            warnings.push(
+                "the sandbox is OFF (sandbox.backend = \"none\"): bash and exec run as plain processes of the \
+                 gateway's user, with its view of the files and the network; for development only"
+                    .to_string(),
+            );
+        }
         warnings
+    }
+
+    /// Whether some tenant's sessions run commands (`bash`), so the
+    /// sandbox must work for this replica to be ready.
+    pub fn needs_sandbox(&self) -> bool {
+        self.tenants.values().any(|t| t.tools.has("bash"))
     }
 
     /// The model a requested id names: an exact alias, else a pattern

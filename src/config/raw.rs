@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::{
     ConfigErrors,
     access::{RawAnonymous, RawApiKey},
+    sandbox::{RawSandbox, RawSkills},
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -34,6 +35,10 @@ pub struct RawConfig {
     #[serde(default)]
     pub tools: Vec<RawTool>,
     pub anonymous: Option<RawAnonymous>,
+    #[serde(default)]
+    pub sandbox: RawSandbox,
+    #[serde(default)]
+    pub skills: RawSkills,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -96,6 +101,13 @@ pub struct RawTenant {
     pub api_keys: Vec<RawApiKey>,
     /// A TOML file of more `api_keys` entries, re-read when it changes.
     pub api_keys_file: Option<String>,
+    /// `agent`, `bash`, `read`, `patch`: absent means `["agent"]`.
+    pub default_tools: Option<Vec<String>>,
+    /// `bash`, `read`, `patch` → allow | ask | deny.
+    #[serde(default)]
+    pub tool_permissions: BTreeMap<String, String>,
+    /// Sandboxed commands of this tenant may reach the network.
+    pub sandbox_network: Option<bool>,
 }
 
 /// Where a provider key comes from: an environment variable or a file (a

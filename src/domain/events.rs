@@ -26,6 +26,23 @@ pub struct AgentRef {
     pub depth: u32,
 }
 
+/// Which output of a command a [`EventKind::ToolProgress`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+impl OutputStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+        }
+    }
+}
+
 /// A tool call waiting for a permission decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingRelay {
@@ -91,11 +108,22 @@ pub enum EventKind {
         name: String,
         arguments: Value,
     },
+    /// A call's result. `output` is the text the model read, or for the
+    /// workspace tools llm-gateway's `{context, result?}` (the model read
+    /// `context`).
     ToolResult {
         tool_call_id: String,
         name: String,
         status: ToolStatus,
         output: Value,
+    },
+    /// Live output of a running call (a command's stdout or stderr), a
+    /// piece at a time, coalesced; its whole output is in its `tool_result`.
+    ToolProgress {
+        tool_call_id: String,
+        name: String,
+        stream: OutputStream,
+        text: String,
     },
     RelayRequested(PendingRelay),
     RelayDecided {
@@ -227,6 +255,7 @@ impl EventKind {
             Self::ToolCallArgs { .. } => "tool_call_args",
             Self::ToolCall { .. } => "tool_call",
             Self::ToolResult { .. } => "tool_result",
+            Self::ToolProgress { .. } => "tool_progress",
             Self::RelayRequested(_) => "relay_requested",
             Self::RelayDecided { .. } => "relay_decided",
             Self::Paused { .. } => "paused",

@@ -23,7 +23,7 @@ pub mod title;
 pub use self::{
     codes::{FailureCode, ToolOutcome, ToolStatus},
     conversation::{ChatMessage, ImagePart, Role, ToolCall, Usage},
-    events::{AgentRef, Event, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason, now_ms},
+    events::{AgentRef, Event, EventKind, LogEvent, OutputStream, PendingCall, PendingRelay, TurnEndReason, now_ms},
     options::{ApprovalMode, DenyRule, FrontendMode, FrontendTool, PermissionRules, Section, SessionOptions, ToolRule},
     run::{ContextEntry, RunInput},
     session::{

@@ -32,12 +32,13 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{Config, ModelConfig},
-    domain::{ChatMessage, Role, Session, SessionOptions, ToolCall, ToolOutcome},
+    config::{Config, DefaultTools, ModelConfig},
+    domain::{AgentRef, ChatMessage, Role, Session, SessionOptions, ToolCall, ToolOutcome},
     providers::{ModelProvider, Providers, ToolSpec},
     sessions::{Emitter, RunHandle, Sessions, TurnRunner},
     telemetry::{attributes as attr, timing::UpstreamTime},
-    tools::{CallContext, ServerTools, ToolReply},
+    tools::{CallContext, ServerTools, ToolReply, skills::Skill, workspace_tools},
+    workspace::{Workspace, Workspaces},
 };
 use tracing::Instrument as _;
 
@@ -45,6 +46,11 @@ pub struct Orchestrator {
     config: Arc<Config>,
     providers: Arc<Providers>,
     tools: Arc<ServerTools>,
+    /// The workspaces of the sessions this replica runs (`bash`, `read`,
+    /// `patch`, and the rlm REPL's `exec`).
+    pub workspaces: Arc<Workspaces>,
+    /// Skills told to agents whose tenant has `read` (found at start-up).
+    skills: Arc<Vec<Skill>>,
     /// `ENABLED_PROMPTS`, read once at start-up.
     enabled_prompts: Option<Vec<String>>,
 }
@@ -52,8 +58,30 @@ pub struct Orchestrator {
 impl Orchestrator {
     /// `providers` are the app's (built once from `config`; the handler of
     /// one-shot calls uses them too).
-    pub fn new(config: Arc<Config>, providers: Arc<Providers>, enabled_prompts: Option<Vec<String>>) -> Arc<Self> {
-        Arc::new(Self { providers, tools: ServerTools::from_config(&config), config, enabled_prompts })
+    pub fn new(
+        config: Arc<Config>,
+        providers: Arc<Providers>,
+        enabled_prompts: Option<Vec<String>>,
+        workspaces: Arc<Workspaces>,
+        skills: Vec<Skill>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            providers,
+            tools: ServerTools::from_config(&config),
+            config,
+            enabled_prompts,
+            workspaces,
+            skills: Arc::new(skills),
+        })
+    }
+
+    /// The default tools `tenant` has (none for an unknown tenant).
+    fn default_tools(&self, tenant: &str) -> DefaultTools {
+        self.config
+            .tenants
+            .get(tenant)
+            .map(|t| t.tools.clone())
+            .unwrap_or_else(|| DefaultTools { enabled: Vec::new(), ..DefaultTools::default() })
     }
 
     /// The history as sent to the model: the client's own system message if
@@ -73,6 +101,10 @@ impl Orchestrator {
             out.extend(messages.iter().cloned());
             out
         };
+        // llm-gateway's skills: a leading system message (agent mode).
+        if !self.skills.is_empty() && self.default_tools(session.tenant()).has("read") {
+            out.insert(1, ChatMessage::text(Role::System, crate::tools::skills::prompt(&self.skills)));
+        }
         if let Some(context) = prompt::context_section(&session.options().context) {
             let system = out[0].content.get_or_insert_with(String::new);
             if !system.is_empty() {
@@ -110,15 +142,20 @@ impl Orchestrator {
         )
     }
 
-    /// Server tools, the request's frontend tools, and the `agent` tool.
-    fn tool_specs(&self, options: &SessionOptions) -> Vec<ToolSpec> {
+    /// Server tools, the tenant's default tools (`bash`, `read`, `patch`,
+    /// `agent`) and the request's frontend tools.
+    fn tool_specs(&self, tenant: &str, options: &SessionOptions) -> Vec<ToolSpec> {
+        let defaults = self.default_tools(tenant);
         let mut specs = self.tools.specs();
+        specs.extend(workspace_tools::specs().into_iter().filter(|s| defaults.has(&s.name)));
         specs.extend(options.frontend_tools.iter().map(|t| ToolSpec {
             name: t.name.clone(),
             description: t.description.clone(),
             parameters: t.parameters.clone().unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
         }));
-        specs.push(subagent::spec());
+        if defaults.has(subagent::TOOL_NAME) {
+            specs.push(subagent::spec());
+        }
         specs
     }
 
@@ -137,6 +174,10 @@ impl Orchestrator {
             state: session.state().clone(),
             sessions: handle.sessions().clone(),
             upstream: handle.upstream_time().clone(),
+            defaults: self.default_tools(session.tenant()),
+            workspaces: self.workspaces.clone(),
+            epoch: handle.epoch(),
+            key: handle.key().clone(),
         }
     }
 }
@@ -166,6 +207,12 @@ struct ExecContext {
     /// The token budget and metrics of model calls.
     sessions: Sessions,
     upstream: Arc<UpstreamTime>,
+    /// The tenant's default tools and their permissions.
+    defaults: DefaultTools,
+    workspaces: Arc<Workspaces>,
+    /// The tenure the workspace is materialised for.
+    epoch: u64,
+    key: crate::store::SessionKey,
 }
 
 impl ExecContext {
@@ -187,8 +234,19 @@ impl ExecContext {
         );
         let record = span.clone();
         let run = async move {
-            if call.name == subagent::TOOL_NAME {
+            if call.name == subagent::TOOL_NAME && self.defaults.has(subagent::TOOL_NAME) {
                 return subagent::run(self, call, depth + 1).await.into();
+            }
+            if workspace_tools::NAMES.contains(&call.name.as_str()) && self.defaults.has(&call.name) {
+                let workspace = match self.workspace().await {
+                    Ok(workspace) => workspace,
+                    Err(e) => {
+                        return ToolOutcome::error(format!("the session's workspace is not available: {e}")).into();
+                    }
+                };
+                let agent = AgentRef { agent_id: "main".into(), parent_id: None, depth };
+                let answer = workspace_tools::run(&workspace, call, &self.emitter, &agent, &self.cancel).await;
+                return ToolReply { outcome: answer.outcome, state_delta: None, shaped: Some(answer.result) };
             }
             let Some(tool) = self.tools.get(&call.name) else {
                 return ToolOutcome::error(format!("there is no tool named {:?}", call.name)).into();
@@ -206,6 +264,20 @@ impl ExecContext {
             }
             reply
         })
+    }
+
+    /// The session's workspace, materialised for this tenure at first use.
+    /// This is what the rlm REPL's `exec` runs in too.
+    pub(crate) async fn workspace(&self) -> Result<Arc<Workspace>, crate::workspace::WorkspaceError> {
+        self.workspaces.open(&self.key, self.epoch, self.defaults.network).await
+    }
+
+    /// Whether a call may change the workspace (it holds the workspace's
+    /// lock from its start to its commit).
+    fn changes_files(&self, call: &ToolCall) -> bool {
+        self.defaults.uses_workspace()
+            && ["bash", "patch", "read", subagent::TOOL_NAME].contains(&call.name.as_str())
+            && self.defaults.has(&call.name)
     }
 
     fn max_depth(&self) -> u32 {

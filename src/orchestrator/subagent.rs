@@ -63,6 +63,7 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
     };
     let mut messages = vec![ChatMessage::text(Role::System, SUBAGENT_PROMPT), ChatMessage::text(Role::User, task)];
     let mut tools = context.tools.specs();
+    tools.extend(crate::tools::workspace_tools::specs().into_iter().filter(|s| context.defaults.has(&s.name)));
     tools.push(spec());
     for _ in 0..context.max_iterations() {
         let request = ModelRequest {
@@ -119,11 +120,15 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
 
 async fn run_call(context: &ExecContext, call: &ToolCall, agent: &AgentRef) -> ToolOutcome {
     let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+    let policy = context.tools.get(&call.name).map(|tool| tool.permission).or_else(|| {
+        (crate::tools::workspace_tools::NAMES.contains(&call.name.as_str()) && context.defaults.has(&call.name))
+            .then(|| context.defaults.permission(&call.name))
+    });
     let permitted = call.name == TOOL_NAME
-        || context.tools.get(&call.name).is_some_and(|tool| {
+        || policy.is_some_and(|policy| {
             let mut rules = context.options.rules.clone();
             let verdict = permissions::decide(
-                tool.permission,
+                policy,
                 &call.name,
                 &call.id,
                 &arguments,

@@ -37,6 +37,7 @@ pub(super) async fn plan(
     calls: &[ToolCall],
 ) -> Result<(Vec<CallDecision>, PermissionRules), SessionError> {
     let options = handle.session().options();
+    let defaults = orchestrator.default_tools(handle.session().tenant());
     let mut rules = options.rules.clone();
     let mut decisions = Vec::with_capacity(calls.len());
     for call in calls {
@@ -50,17 +51,16 @@ pub(super) async fn plan(
                     CallDecision::Answer { outcome: ToolOutcome::Success(response), announce: true }
                 }
             }
-        } else if call.name == subagent::TOOL_NAME {
+        } else if call.name == subagent::TOOL_NAME && defaults.has(subagent::TOOL_NAME) {
             CallDecision::Run
-        } else if let Some(tool) = orchestrator.tools.get(&call.name) {
-            let verdict = permissions::decide(
-                tool.permission,
-                &call.name,
-                &call.id,
-                &arguments,
-                &mut rules,
-                &options.session_allow,
-            );
+        } else if let Some(policy) = orchestrator
+            .tools
+            .get(&call.name)
+            .map(|tool| tool.permission)
+            .or_else(|| defaults.has(&call.name).then(|| defaults.permission(&call.name)))
+        {
+            let verdict =
+                permissions::decide(policy, &call.name, &call.id, &arguments, &mut rules, &options.session_allow);
             match (verdict, options.approval) {
                 (Verdict::Allow, _) => CallDecision::Run,
                 (Verdict::Deny(reason), _) => {
@@ -155,8 +155,17 @@ async fn run_permitted(
         .map(|call| {
             let context = context.clone();
             async move {
+                // A call that may change files holds the workspace from its
+                // start to its commit: the commit carries its changes alone.
+                let held = match context.changes_files(&call) {
+                    true => match context.workspace().await {
+                        Ok(workspace) => Some((workspace.lock().await, workspace)),
+                        Err(_) => None,
+                    },
+                    false => None,
+                };
                 let reply = context.execute(&call, 0).await;
-                (call, reply)
+                (call, reply, held)
             }
         })
         .collect();
@@ -174,12 +183,50 @@ async fn run_permitted(
                 continue;
             }
         };
-        let Some((call, reply)) = next else {
+        let Some((call, reply, held)) = next else {
             return Ok(stopping.then_some(End::Stopped));
         };
-        let (outcome, truncation) = truncated(&call, reply.outcome, limit);
+        let (mut outcome, mut changes) = (reply.outcome, None);
+        if let Some((_guard, workspace)) = &held {
+            match workspace.changes().await {
+                Ok(found) => {
+                    if !found.notes.is_empty() {
+                        outcome = with_notes(outcome, &found.notes);
+                    }
+                    changes = Some(found);
+                }
+                Err(e) => {
+                    tracing::warn!(session = %handle.key().id, error = %e, "cannot read the workspace's changes");
+                    return Ok(Some(End::Stopped));
+                }
+            }
+        }
+        let (outcome, truncation) = truncated(&call, outcome, limit);
         let delta = reply.state_delta.as_ref();
-        handle.transition(|s| s.finish_tool(&call.id, outcome, truncation, delta)).await?;
+        let files = changes.as_ref().map(|c| c.write.clone()).unwrap_or_default();
+        match reply.shaped {
+            Some(result) => {
+                let finish =
+                    |s: &mut crate::domain::Session| s.finish_tool_with_result(&call.id, outcome, truncation, result);
+                handle.transition_with_files(finish, files).await?;
+            }
+            None => {
+                handle.transition_with_files(|s| s.finish_tool(&call.id, outcome, truncation, delta), files).await?;
+            }
+        }
+        if let (Some((_guard, workspace)), Some(changes)) = (held, changes) {
+            workspace.accept(changes);
+        }
+    }
+}
+
+/// The outcome with what the workspace did not keep said after it.
+fn with_notes(outcome: ToolOutcome, notes: &[String]) -> ToolOutcome {
+    let note = format!("\n[workspace] {}", notes.join("; "));
+    match outcome {
+        ToolOutcome::Success(text) => ToolOutcome::Success(text + &note),
+        ToolOutcome::Error(text) => ToolOutcome::Error(text + &note),
+        denied => denied,
     }
 }
 

@@ -67,6 +67,7 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
         return;
     }
     tracing::info!(model = %handle.session().model(), "turn started");
+    let (workspace_key, epoch) = (handle.key().clone(), handle.epoch());
     let end = match drive(orchestrator, &mut handle).await {
         Ok(end) => end,
         Err(e) => {
@@ -112,6 +113,8 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
     if let Err(e) = result {
         tracing::warn!(session = %key, error = %e, "could not record the end of the turn");
     }
+    // The session leaves this replica (or waits): its files are in the store.
+    orchestrator.workspaces.release(&workspace_key, epoch);
 }
 
 /// Commits the transition that ends the turn. It gives the session up,
@@ -211,7 +214,7 @@ fn request(orchestrator: &Orchestrator, handle: &RunHandle, model: &ModelConfig)
     ModelRequest {
         model: model.model.clone(),
         messages: orchestrator.messages_with_system(session),
-        tools: orchestrator.tool_specs(session.options()),
+        tools: orchestrator.tool_specs(session.tenant(), session.options()),
         max_output_tokens: model.max_output_tokens,
         response_format: session.options().response_format.clone(),
         prefill: None,

@@ -307,6 +307,8 @@ impl AgUiEncoder {
                 out.push(event(ts, "STATE_SNAPSHOT", json!({"snapshot": state})));
             }
             EventKind::StateUpdated { delta } => out.push(event(ts, "STATE_DELTA", json!({"delta": delta}))),
+            // AG-UI has no event for a tool's live output.
+            EventKind::ToolProgress { .. } => {}
             // rlm mode is llm-gateway's; AG-UI has no REPL events.
             EventKind::ReplInput { .. }
             | EventKind::ReplProgress { .. }

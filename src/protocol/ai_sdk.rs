@@ -322,6 +322,7 @@ impl AiSdkEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ToolProgress { .. }
             | EventKind::ReplInput { .. }
             | EventKind::ReplProgress { .. }
             | EventKind::ReplOutput { .. }

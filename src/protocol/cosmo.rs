@@ -212,6 +212,7 @@ impl Encoder for CosmoEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ToolProgress { .. }
             | EventKind::ReplInput { .. }
             | EventKind::ReplProgress { .. }
             | EventKind::ReplOutput { .. }

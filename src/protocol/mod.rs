@@ -216,6 +216,18 @@ pub fn encoder_for(format: &str, models: &ModelLimits) -> Option<Box<dyn Encoder
 /// The names `?format=` accepts, for error messages.
 pub const FORMATS: &[&str] = &["native", "holmes", "llm-gateway", "cosmo", "zot", "ai-sdk", "ag-ui"];
 
+/// The text of a tool's result as the model read it: the output's text, the
+/// `context` of a workspace tool's `{context, result}`, or other JSON as text.
+pub fn tool_text(output: &serde_json::Value) -> String {
+    match output {
+        serde_json::Value::String(text) => text.clone(),
+        other => match other.get("context").and_then(serde_json::Value::as_str) {
+            Some(context) => context.to_string(),
+            None => other.to_string(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,8 @@
 //! | `tool_call_started` / `tool_call_args` | `tool_use_start {id, name}` / `tool_use_args {id, delta}` |
 //! | `usage` (every model call ends with one) | `tool_use_end {id}` per call, `usage {input, output, reasoning, cache_read, cache_write, cost_usd, cumulative}`, `assistant_message {content, time}` (the step's text from `message_completed`, and `tool_call` blocks), then for a step that asked for tools a standalone `tool_call {id, name, args}` per call (Glasspane skips it: `tool_use_start` opened the call) and `turn_end {stop: "tool_use"}` |
 //! | `tool_call` (permitted, about to run) | nothing: announced at the end of its step |
-//! | `tool_result` | `tool_progress {id, text}` with the output of a call that ran (HTTP tools answer at once: one line), then `tool_result {id, is_error, content}` |
+//! | `tool_progress` (a command's live output) | `tool_progress {id, text}`, a piece at a time |
+//! | `tool_result` | `tool_result {id, is_error, content}` (the text the model read) |
 //! | `error` | `turn_start {step}` if no step is open (a turn that failed before any output), `turn_end {stop: "error", error}`; `error {message}` |
 //! | `compaction_done` | `compact_done {summary}` |
 //! | `turn_ended` | `turn_end {stop: "end"}` (`"aborted"` when cancelled) if a step is open; `done` |
@@ -181,19 +182,16 @@ impl Encoder for ZotEncoder {
             EventKind::Usage { usage, total } => self.end_of_call(seq, event.event.ts, usage, total, &mut out),
             EventKind::ToolResult { tool_call_id, status, output, .. } => {
                 self.settle_tool_use(seq, &mut out);
-                let text = match output {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
-                if *status == ToolStatus::Success {
-                    out.push(Self::line(seq, "tool_progress", json!({"id": tool_call_id, "text": text})));
-                }
+                let text = super::tool_text(output);
                 out.push(Self::line(
                     seq,
                     "tool_result",
                     json!({"id": tool_call_id, "is_error": *status != ToolStatus::Success,
                            "content": [{"type": "text", "text": text}]}),
                 ));
+            }
+            EventKind::ToolProgress { tool_call_id, text, .. } => {
+                out.push(Self::line(seq, "tool_progress", json!({"id": tool_call_id, "text": text})));
             }
             EventKind::RelayRequested(_) => self.settle_tool_use(seq, &mut out),
             EventKind::StepRestarted { step, .. } => {

@@ -80,6 +80,8 @@ pub struct NewSession {
     /// The dialect it comes through (for logs and metrics).
     pub dialect: &'static str,
     pub options: SessionOptions,
+    /// The workspace's first files (checked against the caps by the caller).
+    pub files: Option<crate::store::WorkspaceWrite>,
 }
 
 /// Runs turns: the orchestrator. Called on the replica that owns the
@@ -236,6 +238,7 @@ impl Sessions {
                 EventKind::ToolResult { name, status, .. } => {
                     let kind = match name.as_str() {
                         "agent" => "agent",
+                        "bash" | "read" | "patch" => "workspace",
                         name if self.inner.config.tool(name).is_some() => "server",
                         _ => "frontend",
                     };
@@ -252,19 +255,21 @@ impl Sessions {
 
     /// Creates an idle session owned by `principal`. An id the tenant
     /// already uses is a conflict.
-    pub async fn create(&self, principal: &Principal, new: NewSession) -> Result<Session, SessionError> {
+    pub async fn create(&self, principal: &Principal, mut new: NewSession) -> Result<Session, SessionError> {
+        let files = new.files.take();
         let session = Session::new(self.spec(principal, new));
         tracing::Span::current().record(attr::SESSION_ID, session.id());
         let key = SessionKey::new(principal.tenant.clone(), session.id());
         let mut commit = Commit::new(key, Fence::Absent, self.instance());
         commit.state = Some(state_write(&session)?);
         commit.listing = Some(commit::listing(&session));
+        commit.workspace = files;
         self.commit_one(commit).await?;
         Ok(session)
     }
 
     fn spec(&self, principal: &Principal, new: NewSession) -> SessionSpec {
-        let NewSession { id, model, dialect, options } = new;
+        let NewSession { id, model, dialect, options, files: _ } = new;
         SessionSpec {
             id: id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             tenant: principal.tenant.to_string(),
@@ -295,6 +300,17 @@ impl Sessions {
         let replica = record.owner.as_ref().or(record.last_owner.as_ref());
         let replica = replica.map(|o| o.split('#').next().unwrap_or(o).to_string());
         Ok(SessionView { session, replica, last_seq: record.last_seq, turn_start_seq: record.turn_start_seq })
+    }
+
+    /// The session's workspace files, for its owner (or an admin).
+    pub async fn workspace(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Vec<crate::store::StoredFile>, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        self.load_visible(principal, &key, false).await?;
+        Ok(self.inner.store.workspaces.files(&key).await?)
     }
 
     /// Replays the log after `after` and follows live events until the

@@ -201,7 +201,12 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
         }
     };
     let config = sessions.config();
-    let rerun = |call: &crate::domain::ToolCall| config.tool(&call.name).is_none_or(|tool| tool.retry_on_takeover);
+    // `bash` per `[sandbox] retry_on_takeover` (its workspace is as it was
+    // before the call); `read`, `patch` and `agent` run again.
+    let rerun = |call: &crate::domain::ToolCall| match call.name.as_str() {
+        "bash" => config.sandbox.retry_on_takeover,
+        name => config.tool(name).is_none_or(|tool| tool.retry_on_takeover),
+    };
     let events = match session.take_over(sessions.replica(), restart, &rerun) {
         Ok(events) => events,
         Err(_) => return Outcome::Nothing,

@@ -106,6 +106,8 @@ pub struct RunHandle {
     /// Relays any replica may decide, as of the last commit.
     live_relays: Vec<String>,
     clear_cancel: bool,
+    /// Files to write with the next commit.
+    files: Option<crate::store::WorkspaceWrite>,
     /// The tenure is over here ([`RunHandle::close`] ran).
     closed: bool,
     /// A commit gave the session up (end, pause, hand-off).
@@ -134,6 +136,7 @@ impl RunHandle {
             staged: Vec::new(),
             live_relays,
             clear_cancel: false,
+            files: None,
             closed: false,
             released: false,
         }
@@ -141,6 +144,11 @@ impl RunHandle {
 
     pub fn key(&self) -> &SessionKey {
         &self.key
+    }
+
+    /// This tenure's number (a workspace is materialised per tenure).
+    pub fn epoch(&self) -> u64 {
+        self.running.epoch
     }
 
     /// The session as this run has it (its transitions applied, committed
@@ -214,6 +222,19 @@ impl RunHandle {
         transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, Refused>,
     ) -> Result<(), SessionError> {
         self.apply(transition)?;
+        self.commit().await
+    }
+
+    /// Applies a transition and commits it together with `files`, the
+    /// change of the session's workspace it goes with (a tool's result and
+    /// the files the tool changed): a takeover sees both or neither.
+    pub async fn transition_with_files(
+        &mut self,
+        transition: impl FnOnce(&mut Session) -> Result<Vec<EventKind>, Refused>,
+        files: crate::store::WorkspaceWrite,
+    ) -> Result<(), SessionError> {
+        self.apply(transition)?;
+        self.files = (!files.is_empty()).then_some(files);
         self.commit().await
     }
 
@@ -331,6 +352,7 @@ impl RunHandle {
             open_relays,
             close_relays,
             clear_cancel: std::mem::take(&mut self.clear_cancel),
+            workspace: self.files.take(),
         };
         self.pipe.commit(change).await.map_err(|e| {
             match e {

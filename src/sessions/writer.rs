@@ -86,6 +86,9 @@ pub struct Change {
     pub open_relays: Vec<String>,
     pub close_relays: Vec<String>,
     pub clear_cancel: bool,
+    /// Files the transition changed (a tool's result and its files go in
+    /// one commit).
+    pub workspace: Option<crate::store::WorkspaceWrite>,
 }
 
 /// What a pipe sends the writer. Each names its tenure (`epoch`): a turn
@@ -477,6 +480,7 @@ fn attempt(instance: &str, key: &SessionKey, queue: &Queue) -> Attempt {
         commit.open_relays = change.open_relays.clone();
         commit.close_relays = change.close_relays.clone();
         commit.clear_cancel = change.clear_cancel;
+        commit.workspace = change.workspace.clone();
     }
     Attempt { items, events, commit }
 }

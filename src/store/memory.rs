@@ -81,6 +81,9 @@ struct Stored {
     log: VecDeque<StoredEvent>,
     relays: BTreeMap<String, Option<String>>,
     cancel: bool,
+    /// The workspace: manifest and blobs (`store::workspace`).
+    files: BTreeMap<String, super::FileEntry>,
+    blobs: HashMap<String, bytes::Bytes>,
 }
 
 impl MemoryStore {
@@ -204,6 +207,20 @@ impl MemoryStore {
         }
         if commit.clear_cancel {
             s.cancel = false;
+        }
+        if let Some(write) = &commit.workspace {
+            for digest in &write.drop_blobs {
+                s.blobs.remove(digest);
+            }
+            for (digest, content) in &write.blobs {
+                s.blobs.insert(digest.clone(), content.clone());
+            }
+            for path in &write.remove {
+                s.files.remove(path);
+            }
+            for (path, entry) in &write.set {
+                s.files.insert(path.clone(), entry.clone());
+            }
         }
         let committed = Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq };
         let (owner, active) = (s.owner.clone(), matches!(s.status.as_str(), "running" | "awaiting_relay"));
@@ -439,5 +456,23 @@ impl Notifications for MemoryStore {
 impl Health for MemoryStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[async_trait]
+impl super::WorkspaceStore for MemoryStore {
+    async fn files(&self, key: &SessionKey) -> Result<Vec<super::StoredFile>, StoreError> {
+        let inner = self.lock();
+        let Some(session) = inner.sessions.get(key) else { return Ok(Vec::new()) };
+        session
+            .files
+            .iter()
+            .map(|(path, entry)| {
+                let content = session.blobs.get(&entry.digest).cloned().ok_or_else(|| {
+                    StoreError::Corrupt(format!("the workspace names a blob it does not hold ({path})"))
+                })?;
+                Ok(super::StoredFile { path: path.clone(), entry: entry.clone(), content })
+            })
+            .collect()
     }
 }

@@ -21,6 +21,7 @@ mod memory;
 mod redis;
 mod redis_notify;
 mod timed;
+mod workspace;
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -34,6 +35,7 @@ pub use self::{
     catalog::{Catalog, Deleted, Deletion, ListPosition, ListScope, Listed, Listing},
     memory::MemoryStore,
     redis::RedisStore,
+    workspace::{FileEntry, StoredFile, WorkspaceStore, WorkspaceWrite},
 };
 
 /// A session's identity: its tenant and its id. Every store key derives from
@@ -183,6 +185,8 @@ pub struct Commit {
     pub by: String,
     /// A creating commit's list entries (a hint, see [`Catalog`]).
     pub listing: Option<Listing>,
+    /// Files the transition changed (a tool's, or a seed at creation).
+    pub workspace: Option<WorkspaceWrite>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,6 +212,7 @@ impl Commit {
             turn_start: false,
             by: by.into(),
             listing: None,
+            workspace: None,
         }
     }
 }
@@ -459,6 +464,7 @@ pub struct Store {
     pub notifications: Arc<dyn Notifications>,
     pub quotas: Arc<dyn Quotas>,
     pub catalog: Arc<dyn Catalog>,
+    pub workspaces: Arc<dyn WorkspaceStore>,
     pub health: Arc<dyn Health>,
     /// `"redis"` or `"memory"`, for logs.
     pub kind: &'static str,
@@ -491,7 +497,16 @@ impl Store {
 
     fn from_backend<B>(backend: Arc<B>, kind: &'static str) -> Self
     where
-        B: SessionStore + EventLog + Replicas + RelayIndex + Notifications + Quotas + Catalog + Health + 'static,
+        B: SessionStore
+            + EventLog
+            + Replicas
+            + RelayIndex
+            + Notifications
+            + Quotas
+            + Catalog
+            + WorkspaceStore
+            + Health
+            + 'static,
     {
         Self {
             sessions: backend.clone(),
@@ -501,6 +516,7 @@ impl Store {
             notifications: backend.clone(),
             quotas: backend.clone(),
             catalog: backend.clone(),
+            workspaces: backend.clone(),
             health: backend,
             kind,
         }

@@ -10,6 +10,8 @@
 //!   `lua/follow.lua`)
 //! - `{prefix}{t:<tenant>:s:<id>}:msgs` — list, the conversation (JSON each)
 //! - `{prefix}{t:<tenant>:s:<id>}:events` — stream, entry `0-<seq>`, field `e`
+//! - `{prefix}{t:<tenant>:s:<id>}:ws` — hash, the workspace's manifest: path →
+//!   `digest:size:mode`; `…:blobs` — hash, SHA-256 hex → content (`redis/workspace.rs`)
 //! - `{prefix}replicas` — zset instance → heartbeat deadline (server ms)
 //! - `{prefix}owned:<instance>` — set of `tenant/id` the instance owns
 //! - `{prefix}orphans` — set of `tenant/id`: active, owned by nobody
@@ -43,6 +45,7 @@ mod log;
 mod quotas;
 mod replicas;
 mod sessions;
+mod workspace;
 
 use std::time::Duration;
 
@@ -75,6 +78,7 @@ struct Scripts {
     rate_gcra: Script,
     slot_acquire: Script,
     tokens_take: Script,
+    workspace_files: Script,
 }
 
 impl Scripts {
@@ -92,6 +96,7 @@ impl Scripts {
             rate_gcra: Script::new(include_str!("lua/rate_gcra.lua")),
             slot_acquire: Script::new(include_str!("lua/slot_acquire.lua")),
             tokens_take: Script::new(include_str!("lua/tokens_take.lua")),
+            workspace_files: Script::new(include_str!("lua/workspace_files.lua")),
         }
     }
 }
@@ -113,6 +118,12 @@ impl Keys {
     }
     fn events(&self, key: &SessionKey) -> String {
         self.session(key, "events")
+    }
+    fn manifest(&self, key: &SessionKey) -> String {
+        self.session(key, "ws")
+    }
+    fn blobs(&self, key: &SessionKey) -> String {
+        self.session(key, "blobs")
     }
     fn replicas(&self) -> String {
         format!("{}replicas", self.prefix)

@@ -33,6 +33,7 @@ const TRACED: &[&str] = &[
     "log.read_after",
     "quotas.acquire_slot",
     "catalog.",
+    "workspaces.",
 ];
 
 impl<B> Timed<B> {
@@ -218,5 +219,12 @@ impl<B: Catalog> Catalog for Timed<B> {
 impl<B: Health> Health for Timed<B> {
     async fn ping(&self) -> Result<(), StoreError> {
         self.time("health.ping", self.inner.ping()).await
+    }
+}
+
+#[async_trait]
+impl<B: super::WorkspaceStore> super::WorkspaceStore for Timed<B> {
+    async fn files(&self, key: &SessionKey) -> Result<Vec<super::StoredFile>, StoreError> {
+        self.time("workspaces.files", self.inner.files(key)).await
     }
 }

@@ -80,7 +80,8 @@ fn reply(text: String) -> ToolReply {
     let Some(delta) = object.remove(STATE_DELTA) else { return ToolOutcome::Success(text).into() };
     match serde_json::from_value::<json_patch::Patch>(delta) {
         Ok(patch) => {
-            ToolReply { outcome: ToolOutcome::Success(Value::Object(object).to_string()), state_delta: Some(patch) }
+            let outcome = ToolOutcome::Success(Value::Object(object).to_string());
+            ToolReply { outcome, state_delta: Some(patch), shaped: None }
         }
         Err(e) => ToolOutcome::error(format!("the tool answered a {STATE_DELTA} that is not a JSON Patch: {e}")).into(),
     }

@@ -18,6 +18,9 @@
 //! [`ToolReply`] and `http.rs`.
 
 mod http;
+mod patch;
+pub mod skills;
+pub mod workspace_tools;
 
 use std::{sync::Arc, time::Duration};
 
@@ -48,11 +51,15 @@ pub struct CallContext<'a> {
 pub struct ToolReply {
     pub outcome: ToolOutcome,
     pub state_delta: Option<json_patch::Patch>,
+    /// A workspace tool's answer in llm-gateway's shape: `Some(result)`
+    /// (the inner `None` when it has no `result`); see
+    /// [`crate::domain::Session::finish_tool_with_result`].
+    pub shaped: Option<Option<serde_json::Value>>,
 }
 
 impl From<ToolOutcome> for ToolReply {
     fn from(outcome: ToolOutcome) -> Self {
-        Self { outcome, state_delta: None }
+        Self { outcome, state_delta: None, shaped: None }
     }
 }
 

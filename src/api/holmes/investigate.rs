@@ -162,7 +162,7 @@ async fn run_investigation(
         request.title, request.description
     );
     let seed = vec![ChatMessage::text(Role::System, system)];
-    let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options };
+    let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options, files: None };
     let started =
         state.sessions.start_conversation(&principal, new, seed, ChatMessage::text(Role::User, question)).await?;
     let encoder = encoder(&state, &model);

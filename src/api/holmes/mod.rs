@@ -108,7 +108,7 @@ async fn ask(
             let model = super::model_or_default(&state, &principal, request.model.as_deref())?;
             let options = options(&request);
             let seed = seed(history, &options, state.enabled_prompts.as_deref());
-            let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options };
+            let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options, files: None };
             (model, state.sessions.start_conversation(&principal, new, seed, message).await?)
         }
     };

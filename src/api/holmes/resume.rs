@@ -138,7 +138,7 @@ async fn resume_elsewhere(
     let model = super::super::model_or_default(&state, &principal, request.model.as_deref())?;
     let options = options(&request);
     let seed = seed(Some(history), &options, state.enabled_prompts.as_deref());
-    let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options };
+    let new = NewSession { id: None, model: model.clone(), dialect: "holmes", options, files: None };
     let started = if request.ask.trim().is_empty() {
         state.sessions.start_conversation_on_history(&principal, new, seed).await?
     } else {

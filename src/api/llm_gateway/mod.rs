@@ -76,7 +76,7 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
         rlm,
         ..SessionOptions::default()
     };
-    let new = NewSession { id: None, model, dialect: "llm-gateway", options };
+    let new = NewSession { id: None, model, dialect: "llm-gateway", options, files: None };
     let started = state.sessions.start_conversation(&principal, new, request.history, request.message).await?;
     let id = started.id().to_string();
     let follower = state.sessions.follow_started(started).await;

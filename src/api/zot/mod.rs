@@ -112,7 +112,7 @@ pub async fn rpc(
             // zot has no approval command: a tool that needs one is refused
             // and the model told so, instead of waiting on a relay.
             let options = SessionOptions { approval: ApprovalMode::Refuse, ..SessionOptions::default() };
-            let new = NewSession { id: None, model, dialect: "zot", options };
+            let new = NewSession { id: None, model, dialect: "zot", options, files: None };
             Some(state.sessions.create(&principal, new).await?.id().to_string())
         }
         None => None,

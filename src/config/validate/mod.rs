@@ -138,6 +138,13 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
     }
 
     let anonymous = raw.anonymous.and_then(|raw| validate_anonymous(&mut errors, raw, &tenants));
+    let sandbox = super::sandbox::validate_sandbox(&mut errors, raw.sandbox);
+    let skills = super::sandbox::validate_skills(&mut errors, raw.skills);
+    for (i, tool) in tools.iter().enumerate() {
+        if ["bash", "read", "patch"].contains(&tool.name.as_str()) {
+            errors.push(format!("tools[{i}].name"), format!("{:?} is the name of a default tool", tool.name));
+        }
+    }
 
     errors.into_result(Config {
         server,
@@ -150,6 +157,8 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         tools,
         anonymous,
         uses_builtin_dev_secret: false,
+        sandbox,
+        skills,
     })
 }
 

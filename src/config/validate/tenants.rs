@@ -83,7 +83,15 @@ pub(super) fn validate_tenant(
             }
         }
     }
+    let tools = crate::config::sandbox::validate_default_tools(
+        errors,
+        path,
+        raw.default_tools,
+        raw.tool_permissions,
+        raw.sandbox_network,
+    );
     Some(TenantConfig {
+        tools,
         id,
         jwt: jwt?,
         api_keys,

@@ -312,6 +312,33 @@ impl Session {
         Ok(events)
     }
 
+    /// [`Session::finish_tool`] for a tool that answers llm-gateway's
+    /// `{context, result}` (`bash`, `read`, `patch`): the model reads the
+    /// outcome's text (the context), the `tool_result` event's output is
+    /// `{context, result}` (`result` left out when there is none).
+    pub fn finish_tool_with_result(
+        &mut self,
+        tool_call_id: &str,
+        outcome: ToolOutcome,
+        truncation: Option<Truncation>,
+        result: Option<Value>,
+    ) -> Result<Vec<EventKind>, Refused> {
+        let mut events = self.finish_tool(tool_call_id, outcome, truncation, None)?;
+        for event in &mut events {
+            if let EventKind::ToolResult { tool_call_id: id, output, .. } = event
+                && id == tool_call_id
+            {
+                let mut shaped = serde_json::Map::new();
+                shaped.insert("context".into(), output.take());
+                if let Some(result) = result.clone() {
+                    shaped.insert("result".into(), result);
+                }
+                *output = Value::Object(shaped);
+            }
+        }
+        Ok(events)
+    }
+
     /// A decision on a live relay, taken on any replica.
     pub fn decide_relay(&mut self, relay_id: &str, decision: &RelayDecision) -> Result<Vec<EventKind>, Refused> {
         if self.status != Status::AwaitingRelay {

@@ -321,6 +321,7 @@ impl Encoder for HolmesEncoder {
             | EventKind::AnswerDropped { .. }
             | EventKind::StateReplaced { .. }
             | EventKind::StateUpdated { .. }
+            | EventKind::ToolProgress { .. }
             | EventKind::ReplInput { .. }
             | EventKind::ReplProgress { .. }
             | EventKind::ReplOutput { .. }

@@ -10,7 +10,8 @@
 //! | first event of a subagent | `harness_start {depth, parentId}` for that agent's run (no `id:`) |
 //! | `text_delta` / `reasoning_delta` | `text` / `reasoning {id, content}`, one `id` per block (`blocks.rs`) |
 //! | `tool_call` (sent once permitted) | `tool_call {id, name, input}` |
-//! | `tool_result` | `tool_result {id, name, output}`: the result (parsed when it is a JSON object or array), `{status: "denied", reason}` or `{error}` |
+//! | `tool_result` | `tool_result {id, name, output}`: the result (parsed when it is a JSON object or array), `{status: "denied", reason}` or `{error}`; the workspace tools' `{context, result?}` as it is, whatever the status |
+//! | `tool_progress` | `tool_progress {id: "<toolCallId>:progress", toolCallId, name, content: {channel: "stdout" \| "stderr", data}}` (the shape of the RLM's exec progress) |
 //! | `tool_result` of an `agent` call | first `harness_end {reason}` of each subagent run it started (no `id:`) |
 //! | `relay_requested` | `relay {kind: "permission", id, toolCallId, tool, params}` |
 //! | `usage` | `usage {inputTokens, outputTokens, cacheReadTokens?, cacheCreationTokens?}` |
@@ -180,6 +181,11 @@ impl LlmGatewayEncoder {
                 let output = result_output(*status, output);
                 Some(("tool_result", json!({"id": tool_call_id, "name": name, "output": output})))
             }
+            EventKind::ToolProgress { tool_call_id, name, stream, text } => Some((
+                "tool_progress",
+                json!({"id": format!("{tool_call_id}:progress"), "toolCallId": tool_call_id, "name": name,
+                    "content": {"channel": stream.as_str(), "data": text}}),
+            )),
             EventKind::RelayRequested(relay) => Some((
                 "relay",
                 json!({"kind": "permission", "id": relay.relay_id, "toolCallId": relay.tool_call_id,
@@ -336,6 +342,9 @@ pub(crate) fn usage_fields(usage: &Usage) -> Value {
 /// JSON object or array is sent parsed; any other text (even `42` or
 /// `true`) stays the string the tool returned.
 fn result_output(status: ToolStatus, output: &Value) -> Value {
+    if output.get("context").is_some() {
+        return output.clone();
+    }
     let text = output.as_str();
     match status {
         ToolStatus::Denied => {

@@ -35,6 +35,13 @@ fn a_tool_round_gives_the_seed_transcripts_sequence() {
                 name: "bash".into(),
                 arguments: json!({"command": "uname -a"}),
             },
+            // The command's live output (zot's real progress chunk).
+            EventKind::ToolProgress {
+                tool_call_id: "call_00".into(),
+                name: "bash".into(),
+                stream: crate::domain::OutputStream::Stdout,
+                text: "FreeBSD 15.0".into(),
+            },
             EventKind::ToolResult {
                 tool_call_id: "call_00".into(),
                 name: "bash".into(),
@@ -98,12 +105,12 @@ fn a_tool_round_gives_the_seed_transcripts_sequence() {
     assert_eq!(
         data[12],
         json!({"type": "tool_result", "id": "call_00", "is_error": false,
-        "content": [{"type": "text", "text": "FreeBSD 15.0"}], "seq": 9})
+        "content": [{"type": "text", "text": "FreeBSD 15.0"}], "seq": 10})
     );
     assert_eq!(data[13]["step"], 2);
     assert_eq!(data[18]["content"], json!([{"type": "text", "text": "This system"}]));
-    assert_eq!(data[19], json!({"type": "turn_end", "stop": "end", "seq": 14}));
-    assert_eq!(data[20], json!({"type": "done", "seq": 14}));
+    assert_eq!(data[19], json!({"type": "turn_end", "stop": "end", "seq": 15}));
+    assert_eq!(data[20], json!({"type": "done", "seq": 15}));
     assert!(frames.iter().all(|f| f.event.is_none()));
     assert_eq!(encoder.transport(), Transport::Ndjson);
 }

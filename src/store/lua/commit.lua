@@ -4,6 +4,8 @@
 -- hash tag), so it runs unchanged on Redis Cluster.
 --
 -- KEYS[1] state hash   KEYS[2] messages list   KEYS[3] event stream
+-- KEYS[4] workspace manifest hash (path -> "digest:size:mode")
+-- KEYS[5] workspace blobs hash (sha256 hex -> content)
 -- ARGV[1]  fence: "absent" | "unchanged" | "owner"
 -- ARGV[2]  unchanged: version                    owner: -
 -- ARGV[3]  unchanged / owner: epoch
@@ -19,7 +21,11 @@
 --          turn's stream (ts = the seq before this commit's events)
 -- ARGV[16] session TTL, ms   ARGV[17] max retained events (exact MAXLEN)
 -- ARGV[18] notice channel    ARGV[19] the writing instance
--- ARGV[20..] messages, then events, then relays to open, then to close
+-- ARGV[20] blobs written  ARGV[21] manifest entries set
+-- ARGV[22] manifest entries removed  ARGV[23] blobs dropped
+-- ARGV[24..] messages, then events, then relays to open, then to close,
+--          then blobs (digest, content pairs), entries (path, entry
+--          pairs), removed paths, dropped digests
 --
 -- State hash fields: v (version), doc, st (status), own (owner instance or
 -- ""), ep (epoch), cn (commit number within the epoch), seq (last event
@@ -78,7 +84,8 @@ end
 
 local nmsg, nev = tonumber(ARGV[11]), tonumber(ARGV[12])
 local nopen, nclose = tonumber(ARGV[13]), tonumber(ARGV[14])
-local i = 20
+local nblob, nset, nrm, ndrop = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22]), tonumber(ARGV[23])
+local i = 24
 
 -- Messages, in chunks (Lua's unpack has a stack limit).
 if ARGV[10] == 'replace' then redis.call('DEL', KEYS[2]) end
@@ -125,6 +132,24 @@ for _ = 1, nclose do
 end
 if string.find(flags, 'c', 1, true) then redis.call('HDEL', h, 'cancel') end
 
+-- The workspace: blobs by digest (idempotent), then the manifest.
+for _ = 1, nblob do
+  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, nset do
+  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, nrm do
+  redis.call('HDEL', KEYS[4], ARGV[i])
+  i = i + 1
+end
+for _ = 1, ndrop do
+  redis.call('HDEL', KEYS[5], ARGV[i])
+  i = i + 1
+end
+
 -- The session's keys live as long as it is used. A commit that writes the
 -- document (every transition does, and a turn starts with one) renews
 -- them; a commit of streamed events alone need not, within a turn.
@@ -133,6 +158,8 @@ if ARGV[8] ~= '' or change ~= 'keep' then
   redis.call('PEXPIRE', h, ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  redis.call('PEXPIRE', KEYS[5], ttl)
 end
 
 -- Followers on the committing instance get the events from memory; those

@@ -85,6 +85,8 @@ impl Catalog for RedisStore {
             .key(self.keys.state(key))
             .key(self.keys.messages(key))
             .key(self.keys.events(key))
+            .key(self.keys.manifest(key))
+            .key(self.keys.blobs(key))
             .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;

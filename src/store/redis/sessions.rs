@@ -40,6 +40,8 @@ impl RedisStore {
             .key(self.keys.state(&commit.key))
             .key(self.keys.messages(&commit.key))
             .key(self.keys.events(&commit.key))
+            .key(self.keys.manifest(&commit.key))
+            .key(self.keys.blobs(&commit.key))
             .arg(kind)
             .arg(version)
             .arg(epoch)
@@ -59,7 +61,19 @@ impl RedisStore {
             .arg(self.max_len)
             .arg(self.keys.channel(&commit.key))
             .arg(&commit.by);
+        let empty = crate::store::WorkspaceWrite::default();
+        let files = commit.workspace.as_ref().unwrap_or(&empty);
+        script.arg(files.blobs.len()).arg(files.set.len()).arg(files.remove.len()).arg(files.drop_blobs.len());
         for text in messages.iter().chain(&commit.events).chain(&commit.open_relays).chain(&commit.close_relays) {
+            script.arg(text);
+        }
+        for (digest, content) in &files.blobs {
+            script.arg(digest).arg(content.as_ref());
+        }
+        for (path, entry) in &files.set {
+            script.arg(path).arg(entry.encode());
+        }
+        for text in files.remove.iter().chain(&files.drop_blobs) {
             script.arg(text);
         }
         script
