@@ -1,8 +1,9 @@
 //! Running one cell live: its prints become `repl_progress` events, its
 //! host calls are answered (an `exec` that needs permission waits for a
 //! relay decision), and in the turn's own run each answer is committed
-//! with the calls before it before the cell gets it: a takeover replays
-//! the cell up to there without making those calls again.
+//! with the calls before it (and the workspace files an `exec` changed)
+//! before the cell gets it: a takeover replays the cell up to there
+//! without making those calls again, and finds the files as they were.
 
 use super::host::{Host, Stopped};
 use crate::{
@@ -64,6 +65,16 @@ pub(super) async fn serve(
             Message::Done(end) => return Ok(Served::Done { end, usage }),
             Message::Call { call, tape, reply } => (call, tape, reply),
         };
+        // In the turn's own run, a call that may change files (an `exec`,
+        // or one in a child's cell) holds the workspace until its commit,
+        // which carries the files it changed with its result.
+        let held = match (&owner, host.exec_enabled()) {
+            (Owner::Turn(_), true) => match host.context.workspace().await {
+                Ok(workspace) => Some((workspace.lock().await, workspace)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
         let answered = tokio::select! {
             answered = answer(host, cell, call, &mut owner) => answered?,
             () = cancel.cancelled() => return Ok(Served::Stopped),
@@ -71,9 +82,24 @@ pub(super) async fn serve(
         let Ok((result, used)) = answered else { return Ok(Served::Stopped) };
         usage.add(&used);
         if let Owner::Turn(handle) = &mut owner {
+            let changes = match &held {
+                Some((_, workspace)) => match workspace.changes().await {
+                    Ok(changes) => Some(changes),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the workspace's changes");
+                        return Ok(Served::Stopped);
+                    }
+                },
+                None => None,
+            };
+            let files = changes.as_ref().map(|c| c.write.clone()).unwrap_or_default();
             tape.push(result.clone());
-            handle.transition(|s| s.rlm_progress(tape, used)).await?;
+            handle.transition_with_files(|s| s.rlm_progress(tape, used), files).await?;
+            if let (Some((_, workspace)), Some(changes)) = (&held, changes) {
+                workspace.accept(changes);
+            }
         }
+        drop(held);
         let _ = reply.send(result);
     }
 }
@@ -89,6 +115,10 @@ async fn answer(
         HostCall::Query { prompt, context } => return Ok(host.query(cell, prompt, context).await),
         HostCall::Exec { command, timeout_secs } => (command, timeout_secs),
     };
+    if !host.exec_enabled() {
+        let error = "exec is not enabled for this tenant (its default_tools have no bash)".to_string();
+        return Ok(Ok((HostResult::Exec { result: Err(error) }, Usage::default())));
+    }
     let permitted = match host.exec_verdict(&command) {
         Verdict::Allow => Ok(()),
         Verdict::Deny(reason) => Err(format!("exec denied: {reason}")),

@@ -5,10 +5,11 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
+use tokio::sync::mpsc;
 
 use super::{super::ExecContext, child, prompt};
 use crate::{
-    config::{ModelConfig, Permission},
+    config::ModelConfig,
     domain::{
         AgentRef, ChatMessage, EventKind, Role, Usage,
         rlm::{ExecResult, HostResult},
@@ -19,6 +20,7 @@ use crate::{
         permissions::{self, Verdict},
     },
     providers::{ModelProvider, ModelRequest},
+    sandbox::{Chunk, Ending, OutputStream},
 };
 
 /// The turn stopped while a host call ran: its result is not recorded (the
@@ -133,7 +135,9 @@ impl Host {
         let options = &self.context.options;
         let mut rules = options.rules.clone();
         let arguments = json!({"command": command});
-        permissions::decide(Permission::Ask, EXEC_TOOL, "", &arguments, &mut rules, &options.session_allow)
+        // The tenant's policy for its shell, `bash`, under the name `exec`.
+        let policy = self.context.defaults.permission("bash");
+        permissions::decide(policy, EXEC_TOOL, "", &arguments, &mut rules, &options.session_allow)
     }
 
     /// Runs a permitted `exec` in the session's sandbox.
@@ -147,13 +151,58 @@ impl Host {
         Ok(HostResult::Exec { result })
     }
 
+    /// Whether this tenant's cells may run commands: `exec` is the REPL's
+    /// shell, on when the tenant has the `bash` tool.
+    pub fn exec_enabled(&self) -> bool {
+        self.context.defaults.has("bash")
+    }
+
+    /// Runs `command` in the session's workspace, in the sandbox, its
+    /// output streamed as `repl_progress` of `cell`.
     async fn run_command(
         &self,
-        _cell: &str,
-        _command: &str,
-        _timeout: Duration,
+        cell: &str,
+        command: &str,
+        timeout: Duration,
     ) -> Result<Result<ExecResult, String>, Stopped> {
-        Ok(Err("exec is not available: this gateway runs no sandbox".into()))
+        let workspace = match self.context.workspace().await {
+            Ok(workspace) => workspace,
+            Err(e) => return Ok(Err(format!("exec failed: the session's workspace is not available: {e}"))),
+        };
+        let (chunks, mut received) = mpsc::channel::<Chunk>(64);
+        let run = workspace.exec(command, timeout, Some(chunks), &self.context.cancel);
+        tokio::pin!(run);
+        let started = tokio::time::Instant::now();
+        let output = loop {
+            tokio::select! {
+                output = &mut run => break output,
+                Some(chunk) = received.recv() => {
+                    self.progress(cell, chunk.text, chunk.stream == OutputStream::Stderr).await;
+                }
+            }
+        };
+        while let Ok(chunk) = received.try_recv() {
+            self.progress(cell, chunk.text, chunk.stream == OutputStream::Stderr).await;
+        }
+        self.context.upstream.add(started.elapsed());
+        let output = match output {
+            Ok(output) => output,
+            Err(e) => return Ok(Err(format!("exec failed: {e}"))),
+        };
+        match output.ending {
+            Ending::Cancelled => Err(Stopped),
+            Ending::TimedOut => {
+                let secs = timeout.as_secs_f64();
+                self.progress(cell, format!("[exec] TIMEOUT after {secs}s — process killed\n"), true).await;
+                let stderr = format!("exec timeout: killed after {secs}s");
+                Ok(Ok(ExecResult { stdout: String::new(), stderr, exit_code: -1 }))
+            }
+            Ending::Exited => Ok(Ok(ExecResult {
+                exit_code: output.exit_code_or_signal(),
+                stdout: output.stdout,
+                stderr: output.stderr,
+            })),
+        }
     }
 }
 

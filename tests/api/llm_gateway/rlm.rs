@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::{chat, chat_body, kinds, session_of, user};
 use crate::{
+    helpers::AppOptions,
     orchestrator::world,
     sse::Frame,
     support::{
@@ -14,6 +15,21 @@ use crate::{
         raw_sse::{assert_golden, normalise},
     },
 };
+
+/// acme's cells may run commands (`exec` is on with the `bash` tool; it
+/// asks, as `bash` does, unless a rule allows it).
+fn with_exec(options: &mut AppOptions) {
+    options.tenant_toml.push(("acme".into(), "default_tools = [\"agent\", \"bash\", \"read\", \"patch\"]".into()));
+}
+
+/// A request rule that lets every `exec` run.
+fn exec_allowed() -> Value {
+    json!({"allowlist": [{"tool": "exec"}]})
+}
+
+/// The command the tests run: it appends a line to `runs.txt` and prints
+/// how many lines it has, so a second run shows.
+const COUNTED: &str = "echo run >> runs.txt; wc -l < runs.txt";
 
 fn cell(code: &str) -> String {
     format!("```js\n{code}\n```")
@@ -118,16 +134,23 @@ async fn an_rlm_turn_keeps_scope_queries_a_child_and_ends_with_final_matching_th
 
 #[tokio::test]
 async fn a_replica_that_takes_an_rlm_turn_over_replays_its_cells_without_calling_the_model_again() {
-    let mut w = world(2, |o| o.lease_ttl_secs = 1).await;
+    let mut w = world(2, |o| {
+        o.lease_ttl_secs = 1;
+        with_exec(o);
+    })
+    .await;
     let first = "scope.answer = 41;\nscope.r = Math.random();\nconsole.log('stored', Date.now() > 0)";
     w.upstream.push(Reply::new().text([cell(first)]));
-    w.upstream
-        .push(Reply::new().text([cell("scope.one = await llm_query('Say one');\nconsole.log(scope.one, scope.r)")]));
+    let second = format!(
+        "scope.one = await llm_query('Say one');\nconst r = exec('{COUNTED}');\nconsole.log(scope.one, scope.r, r.stdout.trim())"
+    );
+    w.upstream.push(Reply::new().text([cell(&second)]));
     w.upstream.push(Reply::new().text([cell("FINAL('one')")]));
     // The third root reply never comes on A.
     w.upstream.push(Reply::new().text(["```js\n"]).stall_after(1));
     w.upstream.push(Reply::new().text([cell("FINAL(`${scope.answer + 1} ${scope.one}`)")]));
-    let body = chat_body("mock", json!([user("go")]), json!({"mode": "rlm", "maxDepth": 1}));
+    let body =
+        chat_body("mock", json!([user("go")]), json!({"mode": "rlm", "maxDepth": 1, "permissions": exec_allowed()}));
     let mut on_a = chat(&w, 0, &body).await;
     let root_output = |f: &Frame| f.event == "repl_output" && f.data.get("parentId").is_none();
     let frames = on_a.until(|frames| frames.iter().filter(|f| root_output(f)).count() == 2).await;
@@ -161,8 +184,82 @@ async fn a_replica_that_takes_an_rlm_turn_over_replays_its_cells_without_calling
         .collect();
     assert_eq!(root_outputs[..2], outputs.iter().map(String::as_str).collect::<Vec<_>>()[..]);
     assert_eq!(root_outputs.len(), 3, "each cell's output once: {root_outputs:?}");
+    assert!(outputs[1].ends_with(" 1"), "the command ran once on A: {outputs:?}");
+    // The command's file was committed with its result, and B's replay did
+    // not run it again.
+    let files: Value = w.apps[0]
+        .get(&format!("/v1/sessions/{session_id}/workspace?format=json"), Some(&w.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let runs = files["files"].as_array().unwrap().iter().find(|f| f["path"] == "runs.txt").expect("runs.txt");
+    assert_eq!(runs["content"], "run\n", "{files}");
     // The last model call saw the replayed cells' feedback.
     let last = &w.upstream.requests()[4];
     let text = last.body.to_string();
     assert!(text.contains("stored true") && text.contains(&outputs[1]), "{text}");
+}
+
+#[tokio::test]
+async fn exec_runs_in_the_sandbox_streams_its_output_and_asks_for_permission_on_any_replica() {
+    let w = world(2, with_exec).await;
+    let first = format!(
+        "const r = exec('{COUNTED}; echo to-stderr >&2; cat /etc/shadow');\nconsole.log(r.exitCode, r.stdout.trim())"
+    );
+    w.upstream.push(Reply::new().text([cell(&first)]));
+    w.upstream.push(Reply::new().text([cell("try { exec('rm runs.txt') } catch (e) { console.log(e.message) }")]));
+    w.upstream.push(Reply::new().text([cell("const t = exec('sleep 5', 0.5); FINAL(t.exitCode + ' ' + t.stderr)")]));
+    // The first exec asks (no rule allows it): approved on replica 1.
+    let body = chat_body("mock", json!([user("count")]), json!({"mode": "rlm"}));
+    let mut stream = chat(&w, 0, &body).await;
+    let relay = stream.until_event("relay").await;
+    let command = format!("{COUNTED}; echo to-stderr >&2; cat /etc/shadow");
+    assert_eq!((&relay.data["tool"], &relay.data["params"]["command"]), (&json!("exec"), &json!(command)));
+    let session_id = session_of(&stream);
+    let approve = json!({"sessionId": session_id, "response": {"approved": true}});
+    let relay_id = relay.data["id"].as_str().unwrap();
+    let decided = super::answer_relay(&w.apps[1], &w.token, relay_id, &approve).await;
+    assert_eq!(decided.status(), reqwest::StatusCode::OK);
+    // The second asks too: denied with a reason, which the cell catches.
+    let frames = stream.until(|f| f.iter().filter(|f| f.event == "relay").count() == 2).await;
+    let second = frames.iter().filter(|f| f.event == "relay").nth(1).unwrap();
+    let deny = json!({"sessionId": session_id, "response": {"approved": false, "reason": "not that"}});
+    let relay_id = second.data["id"].as_str().unwrap();
+    assert_eq!(super::answer_relay(&w.apps[1], &w.token, relay_id, &deny).await.status(), reqwest::StatusCode::OK);
+    // The third asks, approved; its command outlives its timeout.
+    let frames = stream.until(|f| f.iter().filter(|f| f.event == "relay").count() == 3).await;
+    let third = frames.iter().filter(|f| f.event == "relay").nth(2).unwrap();
+    let relay_id = third.data["id"].as_str().unwrap();
+    assert_eq!(super::answer_relay(&w.apps[0], &w.token, relay_id, &approve).await.status(), reqwest::StatusCode::OK);
+    stream.rest().await;
+    let frames = stream.frames();
+
+    let outputs: Vec<&Value> = frames.iter().filter(|f| f.event == "repl_output").map(|f| &f.data).collect();
+    assert_eq!(outputs.len(), 3, "{:?}", kinds(&frames));
+    // The host's secret files are not in the sandbox's view.
+    let first = outputs[0]["stdout"].as_str().unwrap();
+    assert!(first.starts_with("1 1") && !first.contains("root:"), "{first}");
+    assert_eq!(outputs[1]["stdout"], "exec denied: not that");
+    let progress: String = frames
+        .iter()
+        .filter(|f| f.event == "repl_progress" && f.data["id"] == outputs[0]["id"])
+        .map(|f| format!("{}:{}", f.data["stream"].as_str().unwrap(), f.data["chunk"].as_str().unwrap()))
+        .collect();
+    assert!(progress.contains("stdout:1\n") && progress.contains("stderr:to-stderr\n"), "{progress}");
+    let answer = frames.iter().rev().find(|f| f.event == "text").unwrap();
+    assert_eq!(answer.data["content"], "-1 exec timeout: killed after 0.5s");
+    let note = "[exec] TIMEOUT after 0.5s — process killed\n";
+    assert!(frames.iter().any(|f| f.event == "repl_progress" && f.data["chunk"] == note), "{:?}", kinds(&frames));
+}
+
+#[tokio::test]
+async fn exec_is_off_for_a_tenant_without_the_bash_tool() {
+    let w = world(1, |_| {}).await;
+    w.upstream.push(Reply::new().text([cell("try { exec('true') } catch (e) { FINAL(e.message) }")]));
+    let body = chat_body("mock", json!([user("x")]), json!({"mode": "rlm", "permissions": exec_allowed()}));
+    let mut stream = chat(&w, 0, &body).await;
+    stream.rest().await;
+    let answer = stream.frames().into_iter().rev().find(|f| f.event == "text").unwrap();
+    assert_eq!(answer.data["content"], "exec is not enabled for this tenant (its default_tools have no bash)");
 }
