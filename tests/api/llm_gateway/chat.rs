@@ -213,7 +213,8 @@ async fn bad_input_on_chat_and_relay_is_a_gateway_error_and_stores_and_calls_not
         (json!({"model": "mock", "messages": "hi"}), "`messages`: invalid type"),
         (json!({"model": "mock", "messages": [user("hi"), {"role": "assistant", "content": "x"}]}), "from the user"),
         (json!({"model": "nope", "messages": one}), "allowed: claude, demo, mock, resumable"),
-        (json!({"model": "mock", "messages": one, "mode": "rlm"}), "not supported"),
+        (json!({"model": "mock", "messages": one, "mode": "repl"}), "unknown mode"),
+        (json!({"model": "mock", "messages": one, "mode": "rlm", "context": ["x"]}), "`context`"),
         (json!({"model": "mock", "messages": one, "permissions": {"deny": [{"reason": "x"}]}}), "toolCallId"),
         (json!({"model": "mock", "messages": one, "maxIterations": 0}), "at least 1"),
         (

@@ -263,3 +263,40 @@ async fn exec_is_off_for_a_tenant_without_the_bash_tool() {
     let answer = stream.frames().into_iter().rev().find(|f| f.event == "text").unwrap();
     assert_eq!(answer.data["content"], "exec is not enabled for this tenant (its default_tools have no bash)");
 }
+
+#[tokio::test]
+async fn a_replay_that_prints_otherwise_restarts_from_before_its_cell() {
+    let mut w = world(2, |o| o.lease_ttl_secs = 1).await;
+    w.upstream.push(Reply::new().text([cell("scope.k = 1; console.log('one')")]));
+    w.upstream.push(Reply::new().text(["thinking"]).stall_after(0));
+    w.upstream.push(Reply::new().text([cell("FINAL('again ' + scope.k)")]));
+    let body = chat_body("mock", json!([user("go")]), json!({"mode": "rlm"}));
+    let mut on_a = chat(&w, 0, &body).await;
+    on_a.until_event("repl_output").await;
+    let session_id = session_of(&on_a);
+    w.upstream.wait_for_calls(2, std::time::Duration::from_secs(10)).await;
+    let a = w.apps.remove(0);
+    // The recorded output of the first cell no longer matches what its
+    // code prints (as if the engine had changed between the replicas).
+    let key = format!("{}{{t:acme:s:{session_id}}}:state", a.config.store.key_prefix);
+    a.kill();
+    drop(on_a);
+    let client = redis::Client::open(crate::helpers::redis_url()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let doc: String = redis::cmd("HGET").arg(&key).arg("doc").query_async(&mut redis).await.unwrap();
+    let mut doc: Value = serde_json::from_str(&doc).unwrap();
+    let recorded = &mut doc["turn_state"]["rlm"]["cells"][0]["output"]["stdout"];
+    assert_eq!(recorded, "one");
+    *recorded = json!("two");
+    let _: () = redis::cmd("HSET").arg(&key).arg("doc").arg(doc.to_string()).query_async(&mut redis).await.unwrap();
+
+    let mut on_b = super::rejoin(&w.apps[0], &w.token, &session_id, 0).await;
+    on_b.rest().await;
+    let frames = on_b.frames();
+    assert!(frames.iter().any(|f| f.event == "step_restarted"), "{:?}", kinds(&frames));
+    let inputs: Vec<&Value> = frames.iter().filter(|f| f.event == "repl_input").map(|f| &f.data["iteration"]).collect();
+    assert_eq!(inputs, [&json!(0), &json!(0)], "the cell's iteration is asked for again");
+    let answer = frames.iter().rev().find(|f| f.event == "text").unwrap();
+    assert_eq!(answer.data["content"], "again undefined", "the dropped cell's effects are gone");
+    assert_eq!(w.upstream.calls(), 3);
+}
