@@ -12,6 +12,7 @@
 //! the next start.
 
 pub mod access;
+pub mod cors;
 mod models;
 mod raw;
 mod validate;
@@ -20,6 +21,7 @@ use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duratio
 
 pub use self::{
     access::{Anonymous, ApiKey, ApiKeys, Dialect},
+    cors::{CorsConfig, OriginPattern},
     models::{
         ModelConfig, PATTERN_SUFFIX, Prices, ProviderKind, Resilience, ResolvedModel, pattern_prefix, resolve_key,
     },
@@ -74,6 +76,12 @@ pub struct ServerConfig {
     /// Interval of SSE keep-alive comments on idle streams.
     pub heartbeat: Duration,
     pub input: InputLimits,
+    /// `[server.cors]`; `None` when absent (CORS is then on only if a
+    /// tenant lists `cors_origins`: see [`Config::cors_enabled`]).
+    pub cors: Option<CorsConfig>,
+    /// Serve the session console at `/console` (a public page that asks
+    /// for a credential).
+    pub console: bool,
 }
 
 /// Bounds on what a client may send, enforced before anything is parsed
@@ -158,6 +166,9 @@ pub struct TenantConfig {
     /// The tenant's own provider keys by model alias, used instead of the
     /// model's key. Read at start-up; never stored in a session.
     pub credentials: BTreeMap<String, Secret>,
+    /// Browser origins this tenant's credentials may be used from, besides
+    /// `server.cors.allowed_origins` (never `*`).
+    pub cors_origins: Vec<OriginPattern>,
 }
 
 impl TenantConfig {
@@ -385,6 +396,12 @@ impl Config {
         let mut config = Self::from_toml(EMBEDDED_DEFAULTS, &with_fallback)?;
         config.uses_builtin_dev_secret = uses_builtin;
         Ok(config)
+    }
+
+    /// Whether browsers on other origins may call the gateway at all:
+    /// `[server.cors]` is present or a tenant lists `cors_origins`.
+    pub fn cors_enabled(&self) -> bool {
+        self.server.cors.is_some() || self.tenants.values().any(|t| !t.cors_origins.is_empty())
     }
 
     pub fn tool(&self, name: &str) -> Option<&ToolConfig> {

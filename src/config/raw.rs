@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::{
     ConfigErrors,
     access::{RawAnonymous, RawApiKey},
+    cors::RawCors,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -48,6 +49,11 @@ pub struct RawServer {
     pub max_header_bytes: Option<u64>,
     pub header_read_timeout_secs: Option<u64>,
     pub body_read_timeout_secs: Option<u64>,
+    /// The session console at `/console` (off unless true).
+    pub console: Option<bool>,
+    /// Browser origins (`[server.cors]`); CORS is off without it and
+    /// without tenants' `cors_origins`.
+    pub cors: Option<RawCors>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,6 +89,8 @@ pub struct RawTenant {
     pub api_keys: Vec<RawApiKey>,
     /// A TOML file of more `api_keys` entries, re-read when it changes.
     pub api_keys_file: Option<String>,
+    /// Browser origins this tenant's credentials may also be used from.
+    pub cors_origins: Option<Vec<String>>,
 }
 
 /// Where a provider key comes from: an environment variable or a file (a
