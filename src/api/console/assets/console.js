@@ -111,17 +111,24 @@ async function loadSessions(reset) {
   list.cursor = page.next_cursor;
   $("more").hidden = !page.next_cursor;
   for (const session of page.sessions) {
-    const updated = new Date(session.updated_ms).toLocaleString();
     const button = el(
       "button",
       { type: "button", "data-session-id": session.id, title: session.id },
-      el("span", { class: "title" }, session.title || session.id),
-      el("span", { class: "meta" }, `${session.status} · ${session.model} · ${updated}`),
+      el("span", { class: "title" }),
+      el("span", { class: "meta" }),
     );
+    describe(button, session);
     button.addEventListener("click", () => openSession(session.id));
     $("session-list").append(el("li", {}, button));
   }
   markCurrent();
+}
+
+/** A list entry's text: title (or id), status, model, last change. */
+function describe(button, session) {
+  const updated = new Date(session.updated_ms).toLocaleString();
+  button.querySelector(".title").textContent = session.title || session.id;
+  button.querySelector(".meta").textContent = `${session.status} · ${session.model} · ${updated}`;
 }
 
 function markCurrent() {
@@ -257,6 +264,8 @@ function showView(w, view) {
   if (view.replica && view.last_seq >= w.cursor) w.replica = view.replica;
   $("fact-replica").textContent = w.replica ?? "";
   $("fact-replica").dataset.replica = w.replica ?? "";
+  const entry = $("session-list").querySelector(`button[data-session-id="${CSS.escape(view.id)}"]`);
+  if (entry) describe(entry, view);
   showPending(w, view);
 }
 
@@ -408,9 +417,13 @@ function onEvent(w, event) {
     el("td", { class: "detail" }, detail(event)),
   );
   row.lastChild.title = row.lastChild.textContent;
+  const box = $("events-box");
+  // Follow the newest event, unless the user scrolled up to read.
+  const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
   const body = $("events").tBodies[0];
   body.append(row);
   while (body.rows.length > MAX_ROWS) body.deleteRow(0);
+  if (atBottom) box.scrollTop = box.scrollHeight;
   if (!replayed && REFRESHING.has(event.type)) refresh(w);
 }
 
