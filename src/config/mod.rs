@@ -422,6 +422,14 @@ impl Config {
                 anonymous.tenant
             ));
         }
+        if let Some(cors) = &self.server.cors {
+            if cors.allowed_origins.contains(&OriginPattern::Any) {
+                warnings.push("CORS allows every origin (server.cors.allowed_origins = [\"*\"])".to_string());
+            } else if cors.allowed_origins.is_empty() && !self.tenants.values().any(|t| !t.cors_origins.is_empty()) {
+                warnings
+                    .push("[server.cors] allows no origin: list allowed_origins or tenants' cors_origins".to_string());
+            }
+        }
         warnings
     }
 
