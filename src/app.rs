@@ -27,6 +27,7 @@ use crate::{
     api,
     auth::{self, Authenticator},
     config::Config,
+    cors::{self, CorsPolicy},
     error,
     limits::{self, RateLimits},
     orchestrator::{Orchestrator, prompt},
@@ -98,7 +99,8 @@ impl Application {
         let (notices_tx, notices_rx) = tokio::sync::mpsc::channel(NOTICE_CHANNEL);
         let metrics = Arc::new(Metrics::new());
         let store = Store::open(&config.store, notices_tx, metrics.clone())?;
-        let authenticator = Arc::new(Authenticator::from_config(&config));
+        let cors = CorsPolicy::from_config(&config, metrics.clone());
+        let authenticator = Arc::new(Authenticator::from_config(&config).with_cors(cors.clone()));
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -142,7 +144,7 @@ impl Application {
             sandbox,
             seeds,
         };
-        let router = router(state.clone(), authenticator, limits);
+        let router = router(state.clone(), authenticator, limits, cors);
         Ok(Self { listener, router, state })
     }
 
@@ -241,7 +243,12 @@ async fn open_workspaces(
 
 /// The routes and the middleware stack. Layers listed first wrap the ones
 /// after them (they see the request first and the response last).
-fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLimits>) -> Router {
+fn router(
+    state: AppState,
+    authenticator: Arc<Authenticator>,
+    limits: Arc<RateLimits>,
+    cors: Option<Arc<CorsPolicy>>,
+) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     let input = state.config.server.input;
     let replica = state.config.server.replica_id.clone();
@@ -261,13 +268,20 @@ fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLi
         // Counts and logs what the client finally got, after error
         // rendering, and adds Server-Timing to non-stream answers.
         .layer(middleware::from_fn_with_state(state.clone(), track_http))
+        // CORS (when configured): a preflight carries no credential, so it is
+        // answered here, before header limits, auth and rate limits (never a
+        // 401, never counted against a tenant); outside the rescue, so every
+        // answer from within, a rendered 401 or 429 included, carries the
+        // headers a page needs to read it.
+        .option_layer(cors::layer(cors.as_ref()))
         // The one rescue: every error response gets the JSON body here.
         .layer(middleware::from_fn(error::render_errors))
         // A panic in a handler becomes a 500 that the rescue renders.
         .layer(CatchPanicLayer::new())
         // Too many or too large headers: 431, before anything reads them.
         .layer(middleware::from_fn_with_state(input, limits::input::headers))
-        // Deny by default: everything but auth::PUBLIC_PATHS needs a token.
+        // Deny by default: everything but auth::PUBLIC_PATHS (and the console's
+        // page, when on) needs a credential.
         .layer(middleware::from_fn_with_state(authenticator, auth::require_auth))
         // After auth: limits are per tenant and subject of the verified token.
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
@@ -278,7 +292,7 @@ fn router(state: AppState, authenticator: Arc<Authenticator>, limits: Arc<RateLi
         // be lower than ours.
         .layer(DefaultBodyLimit::max(input.max_body_bytes));
 
-    api::routes().fallback(api::not_found).layer(stack).with_state(state)
+    api::routes(state.config.server.console).fallback(api::not_found).layer(stack).with_state(state)
 }
 
 /// The span of one request: an OpenTelemetry SERVER span named

@@ -7,11 +7,13 @@
 //! - [`app`]       — builds state, router and the one middleware stack; serve + shutdown.
 //! - [`server`]    — the accept loop: hyper with header read timeout, TCP_NODELAY, graceful close.
 //! - [`auth`]      — bearer JWT → [`auth::Principal`]; deny by default.
+//! - [`cors`]      — browsers on other origins: the `CorsLayer` and per-tenant origins.
 //! - [`error`]     — the API error type and the one place errors become responses.
 //! - [`limits`]    — per-tenant request limits (local governor + global Redis); input bounds.
 //! - [`domain`]    — what a session is: conversation, canonical events, typed codes, the
 //!   `Session` and its transitions. Imports nothing from the modules below.
-//! - [`api`]       — HTTP handlers, one file per dialect; thin.
+//! - [`api`]       — HTTP handlers, one file per dialect; thin. The session console's
+//!   embedded page (`api/console/`).
 //! - [`sessions`]  — the sessions service: commits, event hub, writer, ownership, takeover, drain.
 //! - [`store`]     — persistence traits and their Redis and in-memory backends.
 //! - [`protocol`]  — one encoder per dialect over the domain's events.
@@ -33,6 +35,7 @@ pub mod auth;
 pub mod bridge;
 pub mod cli;
 pub mod config;
+pub mod cors;
 pub mod domain;
 pub mod error;
 pub mod limits;

@@ -4,6 +4,7 @@
 mod ag_ui;
 mod ai_sdk;
 mod client_chat;
+mod console;
 mod holmes;
 mod llm_gateway;
 mod native;
@@ -20,9 +21,9 @@ use axum::{
 
 use crate::{app::AppState, error::ApiError};
 
-/// Every route of the gateway.
-pub fn routes() -> Router<AppState> {
-    Router::new()
+/// Every route of the gateway; the session console's when `console` is on.
+pub fn routes(console: bool) -> Router<AppState> {
+    let routes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -48,7 +49,8 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/ai-sdk/chat", post(ai_sdk::chat))
         .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect))
         .route("/v1/ag-ui", post(ag_ui::run))
-        .route("/v1/zot", post(zot::rpc))
+        .route("/v1/zot", post(zot::rpc));
+    if console { routes.merge(console::routes()) } else { routes }
 }
 
 pub async fn not_found() -> ApiError {

@@ -1,12 +1,18 @@
 //! Authentication: a bearer JWT or an API key → [`Principal`], deny by
 //! default.
 //!
-//! [`require_auth`] wraps the whole router; only [`PUBLIC_PATHS`] pass without
-//! a credential, so a new route is protected unless it is added to that list
-//! — or unless the deployment opts in to anonymous requests on a dialect's
-//! routes (`[anonymous]`, [`route_dialect`]): a request that sends *no*
-//! credential there acts as the configured tenant and subject; one that
+//! [`require_auth`] wraps the whole router; only [`PUBLIC_PATHS`] (and the
+//! console's pages under [`CONSOLE_PATH`], when `server.console` is on: the
+//! page asks for a credential and sends it with every API call) pass
+//! without a credential, so a new route is protected unless it is added to
+//! that list — or unless the deployment opts in to anonymous requests on a
+//! dialect's routes (`[anonymous]`, [`route_dialect`]): a request that sends
+//! *no* credential there acts as the configured tenant and subject; one that
 //! sends a bad credential is still refused.
+//!
+//! A browser's request is also checked against CORS's per-tenant origins
+//! (`crate::cors`): a credential of tenant A sent from an origin only
+//! tenant B lists is refused with 403.
 //!
 //! Credentials: `X-API-Key: <key>`, or `Authorization: Bearer <credential>`
 //! where a credential shaped like a JWT (three base64url segments, the
@@ -58,11 +64,16 @@ use self::{
 };
 use crate::{
     config::{Anonymous, Config, Dialect, TenantConfig},
-    error::ApiError,
+    cors::CorsPolicy,
+    error::{ApiError, ErrorCode},
 };
 
 /// Routes reachable without a token: probes and the metrics scrape.
 pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
+/// The session console's page and assets (public when `server.console` is
+/// on; the page itself asks for a credential).
+pub const CONSOLE_PATH: &str = "/console";
 
 /// Who is calling, from a verified token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +134,10 @@ pub struct Authenticator {
     api_keys: Arc<ApiKeyRing>,
     anonymous: Option<Anonymous>,
     refreshing: AtomicBool,
+    /// The console's pages are public.
+    console: bool,
+    /// Per-tenant browser origins, when CORS is on.
+    cors: Option<Arc<CorsPolicy>>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -151,7 +166,23 @@ impl Authenticator {
             api_keys: Arc::new(ApiKeyRing::from_config(config)),
             anonymous: config.anonymous.clone(),
             refreshing: AtomicBool::new(false),
+            console: config.server.console,
+            cors: None,
         }
+    }
+
+    /// Refuses credentials sent from origins their tenant does not allow
+    /// (see [`CorsPolicy::refuses`]).
+    pub fn with_cors(mut self, cors: Option<Arc<CorsPolicy>>) -> Self {
+        self.cors = cors;
+        self
+    }
+
+    /// Whether `path` needs no credential: the probes, the metrics scrape,
+    /// and the console's pages when it is on.
+    pub fn is_public(&self, path: &str) -> bool {
+        PUBLIC_PATHS.contains(&path)
+            || (self.console && path.strip_prefix(CONSOLE_PATH).is_some_and(|r| r.is_empty() || r.starts_with('/')))
     }
 
     /// Starts one background task per tenant with a JWKS URL: it fetches the
@@ -351,7 +382,7 @@ pub async fn require_auth(
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if PUBLIC_PATHS.contains(&request.uri().path()) {
+    if auth.is_public(request.uri().path()) {
         return Ok(next.run(request).await);
     }
     // Owned: the request (whose body is not `Sync`) is not borrowed across
@@ -363,6 +394,11 @@ pub async fn require_auth(
     };
     let principal = verified.map_err(|e| ApiError::unauthorized(e.to_string()))?;
     tracing::Span::current().record(crate::telemetry::attributes::TENANT, &*principal.tenant);
+    if let (Some(cors), Some(origin)) = (&auth.cors, request.headers().get(header::ORIGIN))
+        && cors.refuses(origin, &principal.tenant)
+    {
+        return Err(ApiError::new(ErrorCode::Forbidden, "this tenant's credentials may not be used from this origin"));
+    }
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
 }

@@ -12,6 +12,7 @@
 //! the next start.
 
 pub mod access;
+pub mod cors;
 mod models;
 mod raw;
 pub mod sandbox;
@@ -21,6 +22,7 @@ use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duratio
 
 pub use self::{
     access::{Anonymous, ApiKey, ApiKeys, Dialect},
+    cors::{CorsConfig, OriginPattern},
     models::{
         ModelConfig, PATTERN_SUFFIX, Prices, ProviderKind, Resilience, ResolvedModel, pattern_prefix, resolve_key,
     },
@@ -80,6 +82,12 @@ pub struct ServerConfig {
     /// Interval of SSE keep-alive comments on idle streams.
     pub heartbeat: Duration,
     pub input: InputLimits,
+    /// `[server.cors]`; `None` when absent (CORS is then on only if a
+    /// tenant lists `cors_origins`: see [`Config::cors_enabled`]).
+    pub cors: Option<CorsConfig>,
+    /// Serve the session console at `/console` (a public page that asks
+    /// for a credential).
+    pub console: bool,
 }
 
 /// Bounds on what a client may send, enforced before anything is parsed
@@ -188,6 +196,9 @@ pub struct TenantConfig {
     /// Which of `agent`, `bash`, `read`, `patch` its sessions have, and how
     /// they are permitted.
     pub tools: DefaultTools,
+    /// Browser origins this tenant's credentials may be used from, besides
+    /// `server.cors.allowed_origins` (never `*`).
+    pub cors_origins: Vec<OriginPattern>,
 }
 
 impl TenantConfig {
@@ -417,6 +428,12 @@ impl Config {
         Ok(config)
     }
 
+    /// Whether browsers on other origins may call the gateway at all:
+    /// `[server.cors]` is present or a tenant lists `cors_origins`.
+    pub fn cors_enabled(&self) -> bool {
+        self.server.cors.is_some() || self.tenants.values().any(|t| !t.cors_origins.is_empty())
+    }
+
     pub fn tool(&self, name: &str) -> Option<&ToolConfig> {
         self.tools.iter().find(|t| t.name == name)
     }
@@ -441,6 +458,14 @@ impl Config {
                  gateway's user, with its view of the files and the network; for development only"
                     .to_string(),
             );
+        }
+        if let Some(cors) = &self.server.cors {
+            if cors.allowed_origins.contains(&OriginPattern::Any) {
+                warnings.push("CORS allows every origin (server.cors.allowed_origins = [\"*\"])".to_string());
+            } else if cors.allowed_origins.is_empty() && !self.tenants.values().any(|t| !t.cors_origins.is_empty()) {
+                warnings
+                    .push("[server.cors] allows no origin: list allowed_origins or tenants' cors_origins".to_string());
+            }
         }
         warnings
     }

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::{
     ConfigErrors,
     access::{RawAnonymous, RawApiKey},
+    cors::RawCors,
     sandbox::{RawSandbox, RawSkills},
 };
 
@@ -55,6 +56,11 @@ pub struct RawServer {
     pub max_header_bytes: Option<u64>,
     pub header_read_timeout_secs: Option<u64>,
     pub body_read_timeout_secs: Option<u64>,
+    /// The session console at `/console` (off unless true).
+    pub console: Option<bool>,
+    /// Browser origins (`[server.cors]`); CORS is off without it and
+    /// without tenants' `cors_origins`.
+    pub cors: Option<RawCors>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,6 +114,8 @@ pub struct RawTenant {
     pub tool_permissions: BTreeMap<String, String>,
     /// Sandboxed commands of this tenant may reach the network.
     pub sandbox_network: Option<bool>,
+    /// Browser origins this tenant's credentials may also be used from.
+    pub cors_origins: Option<Vec<String>>,
 }
 
 /// Where a provider key comes from: an environment variable or a file (a

@@ -88,6 +88,13 @@ pub struct StoreLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CorsLabels {
+    /// `preflight` or `request` (an origin no list names), `tenant` (an
+    /// origin only another tenant lists, used with this tenant's credential).
+    pub kind: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub rate_limits: Family<RateLimitLabels, Counter>,
@@ -106,6 +113,8 @@ pub struct Metrics {
     /// Sessions this replica took over from a dead one.
     pub takeovers: Counter,
     pub store_duration: Family<StoreLabels, Histogram>,
+    /// Cross-origin requests whose origin CORS does not allow.
+    pub cors_refused: Family<CorsLabels, Counter>,
 }
 
 /// A histogram family whose buckets are `start`, `start * 2`, … (`count` of them).
@@ -153,6 +162,8 @@ impl Metrics {
             "Store operations by operation and outcome",
             store_duration.clone(),
         );
+        let cors_refused = Family::<CorsLabels, Counter>::default();
+        r.register("cors_refused", "Cross-origin requests from origins CORS does not allow", cors_refused.clone());
         Self {
             registry: r,
             rate_limits,
@@ -168,6 +179,7 @@ impl Metrics {
             resumes,
             takeovers,
             store_duration,
+            cors_refused,
         }
     }
 
@@ -197,6 +209,11 @@ impl Metrics {
 
     pub fn relay(&self, event: &str) {
         self.relays.get_or_create(&RelayLabels { event: event.to_string() }).inc();
+    }
+
+    /// A cross-origin request refused (see [`CorsLabels`]).
+    pub fn cors_refused(&self, kind: &'static str) {
+        self.cors_refused.get_or_create(&CorsLabels { kind: kind.to_string() }).inc();
     }
 
     pub fn resume(&self, dialect: &str) {

@@ -14,6 +14,7 @@ mod auth;
 mod auth_keys;
 mod clients;
 mod config_cli;
+mod cors;
 mod credentials;
 mod dialects;
 mod fuzz;

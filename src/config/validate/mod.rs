@@ -2,6 +2,7 @@
 //! from the environment, and checks every field, collecting all mistakes with
 //! their paths instead of stopping at the first.
 
+mod cors;
 mod jwt;
 mod models;
 mod tenants;
@@ -54,6 +55,8 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         drain_delay,
         heartbeat: secs(positive(&mut errors, "server.heartbeat_secs", raw.server.heartbeat_secs), 15),
         input,
+        cors: raw.server.cors.map(|cors| cors::validate_cors(&mut errors, cors)),
+        console: raw.server.console.unwrap_or(false),
     };
 
     if let Some(url) = &raw.store.redis_url

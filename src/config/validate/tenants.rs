@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{check_identifier, env_secret, jwt::validate_jwt, models::check_model_id, positive};
+use super::{
+    check_identifier, cors::validate_tenant_origins, env_secret, jwt::validate_jwt, models::check_model_id, positive,
+};
 use crate::config::{
     ApiKeys, ConfigErrors, EnvLookup, JwtConfig, ModelConfig, ProviderKind, RateLimitConfig, Secret, TenantConfig,
     access::read_keys_file, raw::RawTenant,
@@ -90,9 +92,11 @@ pub(super) fn validate_tenant(
         raw.tool_permissions,
         raw.sandbox_network,
     );
+    let cors_origins = validate_tenant_origins(errors, path, raw.cors_origins.unwrap_or_default());
     Some(TenantConfig {
         tools,
         id,
+        cors_origins,
         jwt: jwt?,
         api_keys,
         default_model: raw.default_model,

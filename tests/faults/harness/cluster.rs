@@ -87,6 +87,10 @@ impl Cluster {
                 upstream_base_url: upstream.base_url(),
                 tools: tool_specs.clone(),
                 max_iterations: 10,
+                server_toml: String::new(),
+                tenant_toml: String::new(),
+                agent_toml: String::new(),
+                extra_toml: String::new(),
             })
             .collect();
         // Started together: each waits for its own readiness.

@@ -35,6 +35,14 @@ pub struct ReplicaConfig {
     pub upstream_base_url: String,
     pub tools: Vec<ToolSpec>,
     pub max_iterations: u32,
+    /// More keys of `[server]` (and tables below it, such as `[server.cors]`).
+    pub server_toml: String,
+    /// More keys of the tenant's table.
+    pub tenant_toml: String,
+    /// More keys of `[agent]` (`titles = false`).
+    pub agent_toml: String,
+    /// More tables, appended (`[[tools]]` of other permissions, tenants).
+    pub extra_toml: String,
 }
 
 impl ReplicaConfig {
@@ -46,6 +54,7 @@ listen = "{listen}"
 replica_id = "{replica}"
 shutdown_grace_secs = {grace}
 drain_delay_secs = {drain_delay}
+{server_toml}
 
 [store]
 redis_url = "{redis}"
@@ -55,6 +64,7 @@ lease_ttl_secs = {lease}
 [[tenants]]
 id = "{TENANT}"
 jwt = {{ hs256_secret = "{TENANT_SECRET}" }}
+{tenant_toml}
 
 [models.{MODEL}]
 provider = "openai"
@@ -64,6 +74,7 @@ retry_base_ms = 10
 
 [agent]
 max_iterations = {max_iterations}
+{agent_toml}
 "#,
             replica = self.replica_id,
             grace = self.shutdown_grace_secs,
@@ -73,6 +84,9 @@ max_iterations = {max_iterations}
             lease = self.lease_ttl_secs,
             upstream = self.upstream_base_url,
             max_iterations = self.max_iterations,
+            server_toml = self.server_toml,
+            tenant_toml = self.tenant_toml,
+            agent_toml = self.agent_toml,
         );
         for tool in &self.tools {
             text.push_str(&format!(
@@ -91,6 +105,7 @@ permission = "allow"
                 text.push_str(&format!("retry_on_takeover = {retry}\n"));
             }
         }
+        text.push_str(&self.extra_toml);
         text
     }
 }
@@ -99,10 +114,15 @@ permission = "allow"
 /// configuration holding only the tenant and the built-in demo model (so it
 /// does not depend on keys the library may not know yet).
 pub fn token() -> String {
+    token_for(SUBJECT, &[])
+}
+
+/// A token of `subject` in `TENANT` with `scopes` (`sessions:admin`).
+pub fn token_for(subject: &str, scopes: &[String]) -> String {
     let text = format!(
         "[[tenants]]\nid = \"{TENANT}\"\njwt = {{ hs256_secret = \"{TENANT_SECRET}\" }}\n\n[models.demo]\nprovider = \"demo\"\n"
     );
     let config = switchboard::config::Config::from_toml(&text, &|_| None).expect("a tenant-only configuration");
-    switchboard::auth::mint_token(&config.tenants[TENANT], SUBJECT, Duration::from_secs(3600), &[])
+    switchboard::auth::mint_token(&config.tenants[TENANT], subject, Duration::from_secs(3600), scopes)
         .expect("the tenant has an HS256 key")
 }
