@@ -72,6 +72,9 @@ pub struct Workspaces {
     /// Skills, read-only inside every sandbox.
     mounts: Vec<Mount>,
     open: DashMap<SessionKey, Arc<Workspace>>,
+    /// One lock per session being opened: a turn's tools run concurrently,
+    /// and the first of them materialises the directory the others use.
+    opening: DashMap<SessionKey, Arc<tokio::sync::Mutex<()>>>,
     tasks: TaskTracker,
 }
 
@@ -84,7 +87,7 @@ impl Workspaces {
         mounts: Vec<Mount>,
         tasks: TaskTracker,
     ) -> Arc<Self> {
-        Arc::new(Self { root, config, sandbox, store, mounts, open: DashMap::new(), tasks })
+        Arc::new(Self { root, config, sandbox, store, mounts, open: DashMap::new(), opening: DashMap::new(), tasks })
     }
 
     pub fn config(&self) -> &SandboxConfig {
@@ -102,9 +105,26 @@ impl Workspaces {
     /// `key`'s workspace for tenure `epoch`, materialised from the store at
     /// the first call of the tenure. `network`: the tenant's setting.
     pub async fn open(&self, key: &SessionKey, epoch: u64, network: bool) -> Result<Arc<Workspace>, WorkspaceError> {
-        if let Some(open) = self.open.get(key).filter(|w| w.epoch == epoch) {
-            return Ok(open.clone());
+        if let Some(open) = self.open_for(key, epoch) {
+            return Ok(open);
         }
+        let lock = self.opening.entry(key.clone()).or_default().clone();
+        let _opening = lock.lock().await;
+        if let Some(open) = self.open_for(key, epoch) {
+            return Ok(open);
+        }
+        let opened = self.create(key, epoch, network).await;
+        self.opening.remove_if(key, |_, l| Arc::ptr_eq(l, &lock));
+        opened
+    }
+
+    fn open_for(&self, key: &SessionKey, epoch: u64) -> Option<Arc<Workspace>> {
+        self.open.get(key).filter(|w| w.epoch == epoch).map(|w| w.clone())
+    }
+
+    /// Writes `key`'s committed files into a fresh directory for tenure
+    /// `epoch` (called by one opener at a time per session).
+    async fn create(&self, key: &SessionKey, epoch: u64, network: bool) -> Result<Arc<Workspace>, WorkspaceError> {
         let files = self.store.files(key).await?;
         let name = format!("{}-{epoch}", &digest(key.to_member().as_bytes())[..24]);
         let dir = self.root.join(name);
@@ -128,7 +148,7 @@ impl Workspaces {
             config: self.config.clone(),
             uid,
         });
-        if let Some(earlier) = self.open.insert(key.clone(), workspace.clone()) {
+        if let Some(earlier) = self.open.insert(key.clone(), workspace.clone()).filter(|e| e.dir != workspace.dir) {
             self.remove_dir(earlier.dir.clone());
         }
         Ok(workspace)
@@ -377,3 +397,6 @@ fn materialise(
 pub fn entry_of(content: &[u8], mode: u32) -> FileEntry {
     FileEntry { digest: digest(content), size: content.len() as u64, mode: mode_of(mode) }
 }
+
+#[cfg(test)]
+mod tests;
