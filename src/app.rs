@@ -174,15 +174,16 @@ impl Application {
         let sessions = state.sessions.clone();
         let delay = state.config.server.drain_delay;
         let (drained_tx, drained) = tokio::sync::oneshot::channel();
-        let serve = crate::server::serve(listener, router, state.config.server.input, async move {
-            signal.await;
-            tracing::info!("draining: readiness is 503, streams end with a rejoin frame, turns are handed off");
-            let started = tokio::time::Instant::now();
-            // New connections are still accepted during the delay (their
-            // turns go to other replicas); the listener closes after both.
-            tokio::join!(sessions.drain(grace), tokio::time::sleep(delay));
-            let _ = drained_tx.send(started);
-        });
+        let serve =
+            crate::server::serve(listener, router, state.config.server.input, state.config.server.http2, async move {
+                signal.await;
+                tracing::info!("draining: readiness is 503, streams end with a rejoin frame, turns are handed off");
+                let started = tokio::time::Instant::now();
+                // New connections are still accepted during the delay (their
+                // turns go to other replicas); the listener closes after both.
+                tokio::join!(sessions.drain(grace), tokio::time::sleep(delay));
+                let _ = drained_tx.send(started);
+            });
         let deadline = async {
             let Ok(started) = drained.await else { return std::future::pending().await };
             // What is left of the grace for connections still open.

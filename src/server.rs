@@ -7,6 +7,9 @@
 //! - hyper refuses more than [`HARD_MAX_HEADERS`] headers with 431 before
 //!   the router sees the request; the configured, lower limits are checked by
 //!   `limits::input` so the refusal has the JSON error body.
+//! - HTTP/2 over cleartext (h2c, prior knowledge) on the same port, with
+//!   `[server.http2]`'s settings: many chats share one connection (a load
+//!   balancer's); a client resetting one stream ends only that request.
 //! - `TCP_NODELAY` on every accepted socket: SSE frames are small writes, and
 //!   Nagle plus delayed ACKs added ~40 ms to short rejoins
 //!   (load-tests/RESULTS.md).
@@ -25,7 +28,7 @@ use hyper_util::{
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
-use crate::config::InputLimits;
+use crate::config::{InputLimits, http2::Http2Config};
 
 /// hyper's own ceiling on the number of request headers (its default);
 /// `server.max_header_count` is checked below it, with a JSON answer.
@@ -33,14 +36,29 @@ pub const HARD_MAX_HEADERS: usize = 100;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then waits for
 /// open connections to finish.
-pub async fn serve(listener: TcpListener, router: Router, limits: InputLimits, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: InputLimits,
+    http2: Http2Config,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_headers(HARD_MAX_HEADERS);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(http2.max_concurrent_streams)
+        .initial_stream_window_size(http2.stream_window_bytes)
+        .initial_connection_window_size(http2.connection_window_bytes)
+        .max_send_buf_size(http2.max_send_buf_bytes)
+        .keep_alive_interval(http2.keepalive)
+        .keep_alive_timeout(http2.keepalive_timeout)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX));
     let graceful = GracefulShutdown::new();
     let mut shutdown = pin!(shutdown);
     loop {

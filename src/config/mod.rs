@@ -13,6 +13,7 @@
 
 pub mod access;
 pub mod cors;
+pub mod http2;
 mod models;
 mod raw;
 pub mod sandbox;
@@ -88,6 +89,8 @@ pub struct ServerConfig {
     /// Serve the session console at `/console` (a public page that asks
     /// for a credential).
     pub console: bool,
+    /// HTTP/2 connections (h2c): streams per connection, buffers, pings.
+    pub http2: http2::Http2Config,
 }
 
 /// Bounds on what a client may send, enforced before anything is parsed

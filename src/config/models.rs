@@ -41,6 +41,10 @@ pub struct ModelConfig {
     pub continue_partial: bool,
     /// Prices per million tokens, for `metadata.costs` (Holmes).
     pub prices: Option<Prices>,
+    /// Speak HTTP/2 to a plain-HTTP `base_url` without asking first (prior
+    /// knowledge: for model servers that speak h2c); `https` URLs
+    /// negotiate HTTP/2 by ALPN anyway.
+    pub http2: bool,
 }
 
 /// What a model's tokens cost, in dollars per million.
@@ -144,6 +148,7 @@ mod tests {
             resilience: Resilience::default(),
             continue_partial: false,
             prices: None,
+            http2: false,
         }
     }
 

@@ -14,6 +14,7 @@ use super::{
     ConfigErrors,
     access::{RawAnonymous, RawApiKey},
     cors::RawCors,
+    http2::RawHttp2,
     sandbox::{RawSandbox, RawSkills},
 };
 
@@ -61,6 +62,8 @@ pub struct RawServer {
     /// Browser origins (`[server.cors]`); CORS is off without it and
     /// without tenants' `cors_origins`.
     pub cors: Option<RawCors>,
+    /// `[server.http2]`: settings of HTTP/2 connections.
+    pub http2: Option<RawHttp2>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +190,7 @@ pub struct RawModel {
     pub retry_base_ms: Option<u64>,
     pub continue_partial: Option<bool>,
     pub prices: Option<RawPrices>,
+    pub http2: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -37,10 +37,13 @@ const MAX_MESSAGE_CHARS: usize = 500;
 
 /// The HTTP client of one provider: a connect timeout, and no overall
 /// request timeout (streams last as long as the model talks; the first-byte
-/// and idle timeouts guard them instead).
-pub(super) fn client(resilience: &Resilience) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(resilience.connect_timeout)
+/// and idle timeouts guard them instead). With `http2`, plain-HTTP model
+/// servers are spoken to in HTTP/2 at once (h2c, prior knowledge): every
+/// call of the replica shares one connection.
+pub(super) fn client(resilience: &Resilience, http2: bool) -> reqwest::Client {
+    let builder = reqwest::Client::builder().connect_timeout(resilience.connect_timeout);
+    let builder = if http2 { builder.http2_prior_knowledge() } else { builder };
+    builder
         .build()
         // Only fails when the TLS backend cannot start: nothing would work.
         .expect("the HTTP client for model providers can be built")
@@ -61,7 +64,7 @@ impl Endpoint {
     /// `path` follows the model's base URL (`/chat/completions`, `/messages`).
     pub fn new(model: &ModelConfig, path: &str) -> Self {
         Self {
-            client: client(&model.resilience),
+            client: client(&model.resilience, model.http2),
             url: format!("{}{path}", model.base_url),
             model: model.model.clone(),
             api_key: model.api_key.clone(),

@@ -18,6 +18,7 @@ mod cors;
 mod credentials;
 mod dialects;
 mod fuzz;
+mod h2c;
 mod health;
 mod holmes;
 mod holmes_clients;

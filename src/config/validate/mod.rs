@@ -3,6 +3,7 @@
 //! their paths instead of stopping at the first.
 
 mod cors;
+mod http2;
 mod jwt;
 mod models;
 mod tenants;
@@ -56,6 +57,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         heartbeat: secs(positive(&mut errors, "server.heartbeat_secs", raw.server.heartbeat_secs), 15),
         input,
         cors: raw.server.cors.map(|cors| cors::validate_cors(&mut errors, cors)),
+        http2: http2::validate_http2(&mut errors, raw.server.http2),
         console: raw.server.console.unwrap_or(false),
     };
 

@@ -125,6 +125,7 @@ pub(super) fn validate_model(
             }
         },
         continue_partial: raw.continue_partial.unwrap_or(false),
+        http2: raw.http2.unwrap_or(false),
         prices: raw.prices.and_then(|prices| {
             let mut price = |field: &str, value: Option<f64>| match value {
                 Some(v) if v.is_finite() && v >= 0.0 => Some(v),

@@ -2,7 +2,8 @@
 //!
 //! [`MockUpstream::start`] binds `127.0.0.1:0` and answers
 //! `POST /v1/chat/completions` (OpenAI Chat Completions) and `POST /v1/messages`
-//! (Anthropic Messages). Tests queue format-neutral [`Reply`] scripts; every
+//! (Anthropic Messages), over HTTP/1.1 or h2c (HTTP/2 with prior
+//! knowledge). Tests queue format-neutral [`Reply`] scripts; every
 //! request, on either route, pops the next one and renders it in that route's
 //! wire format, streamed frame by frame (or as one JSON body when the request
 //! has no `"stream": true`). An empty queue answers 500 so a test that sends
@@ -194,6 +195,8 @@ impl Reply {
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
     pub method: Method,
+    /// HTTP/1.1, or HTTP/2 from a client with prior knowledge (h2c).
+    pub version: axum::http::Version,
     pub path: String,
     pub headers: HeaderMap,
     /// Parsed JSON body; `Value::Null` if the body was empty or not JSON.
@@ -310,6 +313,7 @@ struct Ctx {
 
 async fn handle(
     State(shared): State<Arc<Shared>>,
+    version: axum::http::Version,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -317,8 +321,13 @@ async fn handle(
 ) -> Response {
     let path = uri.path().to_owned();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let call =
-        shared.record(RecordedRequest { method: method.clone(), path: path.clone(), headers, body: body.clone() });
+    let call = shared.record(RecordedRequest {
+        method: method.clone(),
+        version,
+        path: path.clone(),
+        headers,
+        body: body.clone(),
+    });
     let format = match (method, path.as_str()) {
         (Method::POST, "/v1/chat/completions") => Format::OpenAi,
         (Method::POST, "/v1/messages") => Format::Anthropic,
