@@ -12,6 +12,7 @@ mod chat;
 mod rlm;
 mod runs;
 mod summarize;
+mod tools;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
