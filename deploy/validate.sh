@@ -61,6 +61,13 @@ if command -v kubectl >/dev/null 2>&1; then
             && "$bin/kubernetes-validate" --strict --quiet "$scratch/rendered.yaml"
     }
     step "kubectl kustomize k8s | kubernetes-validate" render_and_validate
+    # The overlay that lets bubblewrap run in the pod (deploy/k8s-sandbox/).
+    render_sandbox_overlay() {
+        kubectl kustomize deploy/k8s-sandbox >"$scratch/rendered-sandbox.yaml" \
+            && grep -q 'hostUsers: false' "$scratch/rendered-sandbox.yaml" \
+            && "$bin/kubernetes-validate" --strict --quiet "$scratch/rendered-sandbox.yaml"
+    }
+    step "kubectl kustomize deploy/k8s-sandbox | kubernetes-validate" render_sandbox_overlay
 else
     echo "==> kubectl not found: skipping the kustomize render"
 fi

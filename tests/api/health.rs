@@ -74,3 +74,21 @@ async fn unknown_paths_and_methods_get_json_errors() {
     let response = app.client.delete(app.url("/api/model")).bearer_auth(&token).send().await.unwrap();
     assert_error(response, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
 }
+
+#[tokio::test]
+async fn readyz_answers_503_sandbox_unavailable_when_a_tenant_has_bash_and_the_sandbox_cannot_start() {
+    let broken = |tools: &str| {
+        let mut options = AppOptions::default();
+        options.extra_toml.push_str("\n[sandbox]\nbwrap_path = \"/nonexistent/bwrap\"\n");
+        options.tenant_toml.push(("acme".into(), format!("default_tools = {tools}")));
+        options
+    };
+    let app = spawn_app_with(broken("[\"bash\", \"read\", \"patch\"]")).await;
+    let body = assert_error(app.get_readyz().await, StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable").await;
+    assert_eq!(body["error"]["message"], "the sandbox does not work on this replica");
+    assert_eq!(app.get_healthz().await.status(), StatusCode::OK);
+    // Without bash nothing needs the sandbox: the replica serves.
+    let app = spawn_app_with(broken("[\"read\", \"patch\"]")).await;
+    let body: Value = app.get_readyz().await.json().await.unwrap();
+    assert_eq!((&body["status"], &body["sandbox"]["works"]), (&"ready".into(), &false.into()), "{body}");
+}
