@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::harness::{
     checks::{self, Expect},
-    client::{FollowSpec, Follower, start_turn_anywhere},
+    client::{Dialect, FollowSpec, Follower, start_turn_anywhere},
     cluster::{Cluster, ClusterOptions},
     transcript::{Connection, Transcript},
 };
@@ -60,6 +60,7 @@ async fn drive(
                     first: Some(response),
                     start: on,
                     timeout: TURN_TIMEOUT,
+                    dialect: Dialect::Native,
                 });
                 follower.finish().await
             }

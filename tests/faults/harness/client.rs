@@ -7,6 +7,11 @@
 //!
 //! It records every frame in arrival order, every `retry:` line and
 //! `event: reconnect` frame, and each connection, in a [`Transcript`].
+//!
+//! It speaks the native API or llm-gateway's dialect ([`Dialect`]): the
+//! latter rejoins with `?format=llm-gateway`, ends at the main agent's
+//! `harness_end`, and may start without a session id (a `POST /chat` makes
+//! a fresh session): it takes the id from the stream's `connected` frame.
 
 use std::{
     sync::{Arc, Mutex},
@@ -41,11 +46,42 @@ pub struct Follower {
     task: Option<JoinHandle<()>>,
 }
 
+/// Which dialect a follower reads and rejoins in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// `GET /v1/sessions/{id}/events`; a turn's stream ends at `turn_ended`
+    /// or `paused`.
+    Native,
+    /// `GET /v1/sessions/{id}/events?format=llm-gateway`; a turn's stream
+    /// ends at the main agent's `harness_end` (a subagent's has no `id:`).
+    LlmGateway,
+}
+
+impl Dialect {
+    fn events_query(self) -> &'static str {
+        match self {
+            Self::Native => "",
+            Self::LlmGateway => "?format=llm-gateway",
+        }
+    }
+
+    fn ends_turn(self, event: &SeenEvent) -> bool {
+        match self {
+            Self::Native => event.ends_turn(),
+            Self::LlmGateway => {
+                event.is_log_event() && event.kind == "harness_end" && event.data.get("parentId").is_none()
+            }
+        }
+    }
+}
+
 /// Where a follower starts.
 pub struct FollowSpec {
     /// Base URLs of the replicas, rejoined in turn.
     pub urls: Vec<String>,
     pub token: String,
+    /// Empty when `first` is a `POST /chat` stream whose `connected` frame
+    /// names the session.
     pub session_id: String,
     /// Events after this seq are expected.
     pub cursor: u64,
@@ -55,6 +91,7 @@ pub struct FollowSpec {
     pub start: usize,
     /// The whole follow gives up after this.
     pub timeout: Duration,
+    pub dialect: Dialect,
 }
 
 impl Follower {
@@ -88,6 +125,23 @@ impl Follower {
         matches!(tokio::time::timeout(timeout, progress.wait_for(|seen| *seen >= n)).await, Ok(Ok(_)))
     }
 
+    /// Waits until a log event of `kind` was seen and returns the first;
+    /// `None` after `timeout` or when the follower stopped first.
+    pub async fn wait_for_kind(&self, kind: &str, timeout: Duration) -> Option<SeenEvent> {
+        let mut progress = self.progress.clone();
+        let found = || self.transcript.lock().unwrap().of_kind(kind).next().cloned();
+        let wait = async {
+            loop {
+                if let Some(event) = found() {
+                    return Some(event);
+                }
+                // Ends when the follower task does.
+                progress.changed().await.ok()?;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten().or_else(found)
+    }
+
     /// Waits for the follow to end (turn ended or deadline) and returns
     /// what it saw.
     pub async fn finish(mut self) -> Transcript {
@@ -117,6 +171,7 @@ async fn run(spec: FollowSpec, transcript: Arc<Mutex<Transcript>>, progress: wat
     let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(1)).build().expect("an HTTP client");
     let deadline = Instant::now() + spec.timeout;
     let mut first = spec.first;
+    let mut session_id = spec.session_id.clone();
     let mut index = spec.start % spec.urls.len();
     let mut last = spec.cursor;
     let mut failures_in_a_row = 0;
@@ -132,6 +187,11 @@ async fn run(spec: FollowSpec, transcript: Arc<Mutex<Transcript>>, progress: wat
             tokio::time::sleep(wait.min(deadline.saturating_duration_since(Instant::now()))).await;
         }
         if Instant::now() >= deadline {
+            return;
+        }
+        if first.is_none() && session_id.is_empty() {
+            // The chat's stream ended before its `connected` frame: there is
+            // nothing to rejoin.
             return;
         }
         let url = spec.urls[index].clone();
@@ -150,7 +210,7 @@ async fn run(spec: FollowSpec, transcript: Arc<Mutex<Transcript>>, progress: wat
             Some(response) => Ok(response),
             None => {
                 let request = http
-                    .get(format!("{url}/v1/sessions/{}/events", spec.session_id))
+                    .get(format!("{url}/v1/sessions/{session_id}/events{}", spec.dialect.events_query()))
                     .bearer_auth(&spec.token)
                     .header("last-event-id", last.to_string())
                     .send();
@@ -204,8 +264,15 @@ async fn run(spec: FollowSpec, transcript: Arc<Mutex<Transcript>>, progress: wat
                         let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
                         let seen = SeenEvent { seq: id, kind: event, data, at: Instant::now(), via: url.clone() };
                         connection.reconnect_frame |= seen.kind == "reconnect";
-                        ended |= seen.ends_turn();
+                        ended |= spec.dialect.ends_turn(&seen);
                         let mut t = transcript.lock().unwrap();
+                        if spec.dialect == Dialect::LlmGateway
+                            && seen.kind == "connected"
+                            && let Some(id) = seen.data["sessionId"].as_str()
+                        {
+                            session_id = id.to_string();
+                            t.session_id = session_id.clone();
+                        }
                         if seen.is_log_event() {
                             // A repeat is kept (the gapless check reports it)
                             // but does not move the cursor back.

@@ -1,6 +1,7 @@
 //! [`Cluster`]: what one fault test runs against — its own Redis, a
 //! deterministic upstream, a tool server and N replicas sharing a key prefix
-//! — with one method per native endpoint the tests use.
+//! — with one method per endpoint the tests use (native, and llm-gateway's
+//! `POST /chat` and relay answer).
 
 use std::time::Duration;
 
@@ -8,11 +9,12 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::{
-    client::{FollowSpec, Follower},
+    client::{Dialect, FollowSpec, Follower},
     config::{self, ReplicaConfig, ToolSpec},
     redis::OwnRedis,
     replica::Replica,
     tools::ToolServer,
+    transcript::Transcript,
     upstream::DetUpstream,
 };
 
@@ -29,6 +31,12 @@ pub struct ClusterOptions {
     pub first_token_delay: Duration,
     /// `(name, min delay, max delay, retry_on_takeover)`
     pub tools: Vec<(&'static str, Duration, Duration, Option<bool>)>,
+    /// More keys of the tenant's table (`default_tools`), of `[agent]`, and
+    /// more tables (`[sandbox]`), the same for every replica (see
+    /// [`ReplicaConfig`]).
+    pub tenant_toml: String,
+    pub agent_toml: String,
+    pub extra_toml: String,
 }
 
 impl Default for ClusterOptions {
@@ -42,6 +50,9 @@ impl Default for ClusterOptions {
             chunk_delay: Duration::from_millis(30),
             first_token_delay: Duration::ZERO,
             tools: Vec::new(),
+            tenant_toml: String::new(),
+            agent_toml: String::new(),
+            extra_toml: String::new(),
         }
     }
 }
@@ -88,9 +99,9 @@ impl Cluster {
                 tools: tool_specs.clone(),
                 max_iterations: 10,
                 server_toml: String::new(),
-                tenant_toml: String::new(),
-                agent_toml: String::new(),
-                extra_toml: String::new(),
+                tenant_toml: options.tenant_toml.clone(),
+                agent_toml: options.agent_toml.clone(),
+                extra_toml: options.extra_toml.clone(),
             })
             .collect();
         // Started together: each waits for its own readiness.
@@ -158,7 +169,98 @@ impl Cluster {
             first: Some(first),
             start: on,
             timeout,
+            dialect: Dialect::Native,
         })
+    }
+
+    /// `POST /chat` (llm-gateway) with `body` on replica `on`: the chat's
+    /// stream, once its head arrived (200 asserted).
+    pub async fn start_chat(&self, on: usize, body: &Value) -> reqwest::Response {
+        // No overall timeout: the body is the turn's stream.
+        let client = reqwest::Client::new();
+        let request = client.post(self.replicas[on].url("/chat")).bearer_auth(&self.token).json(body).send();
+        let response =
+            tokio::time::timeout(Duration::from_secs(10), request).await.expect("a chat's head in time").expect("send");
+        if response.status() != StatusCode::OK {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            panic!("starting a chat on {}: {status} {body}\n{}", self.replicas[on].name, self.dump_logs());
+        }
+        response
+    }
+
+    /// Starts a chat on replica `on` and follows it in llm-gateway's
+    /// dialect (its stream, then rejoining any replica with
+    /// `?format=llm-gateway`) for at most `timeout`.
+    pub async fn chat_and_follow(&self, on: usize, body: &Value, timeout: Duration) -> Follower {
+        let first = self.start_chat(on, body).await;
+        Follower::spawn(FollowSpec {
+            urls: self.urls(),
+            token: self.token.clone(),
+            // The chat makes a fresh session: its `connected` frame names it.
+            session_id: String::new(),
+            cursor: 0,
+            first: Some(first),
+            start: on,
+            timeout,
+            dialect: Dialect::LlmGateway,
+        })
+    }
+
+    /// `POST /v1/sessions/{id}/relays/{relay_id}` on replica `on`: the
+    /// status and the body.
+    pub async fn decide_relay(
+        &self,
+        on: usize,
+        session_id: &str,
+        relay_id: &str,
+        approved: bool,
+    ) -> (StatusCode, Value) {
+        let path = format!("/v1/sessions/{session_id}/relays/{relay_id}");
+        self.post_json(on, &path, &json!({"approved": approved})).await
+    }
+
+    /// llm-gateway's `POST /chat/relay/{relay_id}` on replica `on`: the
+    /// status and the body.
+    pub async fn answer_chat_relay(
+        &self,
+        on: usize,
+        session_id: &str,
+        relay_id: &str,
+        approved: bool,
+    ) -> (StatusCode, Value) {
+        let body = json!({"sessionId": session_id, "response": {"approved": approved}});
+        self.post_json(on, &format!("/chat/relay/{relay_id}"), &body).await
+    }
+
+    /// The session's whole event log as replica `on` replays it
+    /// (`GET /v1/sessions/{id}/events` from seq 0, up to its first
+    /// `turn_ended` or `paused`).
+    pub async fn event_log(&self, on: usize, session_id: &str) -> Transcript {
+        Follower::spawn(FollowSpec {
+            urls: vec![self.replicas[on].base_url()],
+            token: self.token.clone(),
+            session_id: session_id.to_string(),
+            cursor: 0,
+            first: None,
+            start: 0,
+            timeout: Duration::from_secs(10),
+            dialect: Dialect::Native,
+        })
+        .finish()
+        .await
+    }
+
+    /// `GET /v1/sessions/{id}/workspace?format=json` on replica `on`.
+    pub async fn workspace(&self, on: usize, session_id: &str) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .get(self.replicas[on].url(&format!("/v1/sessions/{session_id}/workspace?format=json")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("fetch a workspace");
+        (response.status(), response.json().await.unwrap_or(Value::Null))
     }
 
     /// `GET /v1/sessions/{id}` from the first replica that answers 200.
@@ -191,6 +293,20 @@ impl Cluster {
     pub async fn owner_of(&self, session_id: &str) -> Option<usize> {
         let view = self.session_view(session_id).await?;
         view["replica"].as_str().and_then(|name| self.index_of(name))
+    }
+
+    /// `POST {path}` with a JSON body on replica `on`: the status and the
+    /// body (`null` when it is not JSON).
+    async fn post_json(&self, on: usize, path: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(self.replicas[on].url(path))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path} on {}: {e}", self.replicas[on].name));
+        (response.status(), response.json().await.unwrap_or(Value::Null))
     }
 
     /// Every replica's log tail, and Redis's.

@@ -7,10 +7,10 @@
 //! | `redis` | `OwnRedis`: a redis-server of the test's own: freeze, thaw, kill, restart |
 //! | `config` | the replica's TOML configuration; tokens its tenant accepts |
 //! | `replica` | `Replica`: the `switchboard` binary as a child: kill -9, SIGTERM, restart |
-//! | `upstream` | `DetUpstream`: an OpenAI-compatible model answering a pure function of the request |
+//! | `upstream` | `DetUpstream`: an OpenAI-compatible model answering a pure function of the request (and its scripts) |
 //! | `tools` | `ToolServer`: records every tool call (ids, `Idempotency-Key`), slow on demand |
 //! | `checks` | the acceptance checks of one turn, collected as failures rather than panics |
-//! | `client` | `Follower`: a rejoining native-API client; starting a turn on any replica |
+//! | `client` | `Follower`: a rejoining client (native API or llm-gateway); starting a turn on any replica |
 //! | `transcript` | what a follower saw, and the checks on it (gapless, final text) |
 //! | `sse` | the SSE parser the follower reads frames with |
 //! | `cluster` | `Cluster`: Redis, upstream, tools and N replicas for one test |

@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | `tools:N` | ask for N tool rounds, one call each, before answering | 0 |
 //! | `tool:a,b` | the tools, round `r` (1-based) uses the `(r-1) % len`-th | `lookup` |
+//! | `script:NAME` | the rounds are the calls of the script NAME ([`DetUpstream::add_script`]) | none |
 //! | `words:N` | the final answer is `w1 w2 … wN`, one chunk per word | 10 |
 //! | `delay:MS` | pause before every chunk after the first | the upstream's |
 //! | `first:MS` | pause before the first chunk | the upstream's |
@@ -18,12 +19,16 @@
 //! one; while it is at most N the answer is a tool call with the id
 //! `call_<round>_<hash of the user message>` (stable across re-runs, unique
 //! per turn when the message carries a nonce) and the arguments
-//! `{"id":"r<round>"}` in two fragments. The stream has the shapes the
+//! `{"id":"r<round>"}` in two fragments. A script's round `r` is its `r`-th
+//! call, with the script's own id and arguments (a coding chat's `patch`,
+//! `bash` and `read`); after its last call comes the final answer. The
+//! stream has the shapes the
 //! gateway parses (`tests/api/support/mock_upstream.rs`): `data: {chunk}`
 //! frames with `choices[0].delta`, a `finish_reason`, a usage chunk, and
 //! `data: [DONE]`. Every request is recorded before it is answered.
 
 use std::{
+    collections::HashMap,
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
@@ -55,12 +60,15 @@ pub struct Orders {
     pub words: u32,
     pub delay: Duration,
     pub first_delay: Duration,
+    /// The script the rounds come from, by name.
+    pub script: Option<String>,
 }
 
 impl Orders {
     /// Reads `message` with the upstream's default delays.
     pub fn parse(message: &str, delay: Duration, first_delay: Duration) -> Self {
-        let mut orders = Self { tools: 0, tool_names: vec!["lookup".into()], words: 10, delay, first_delay };
+        let mut orders =
+            Self { tools: 0, tool_names: vec!["lookup".into()], words: 10, delay, first_delay, script: None };
         for word in message.split_whitespace() {
             let Some((key, value)) = word.split_once(':') else { continue };
             let millis = || value.parse().map(Duration::from_millis).ok();
@@ -70,6 +78,7 @@ impl Orders {
                 "words" => orders.words = value.parse().unwrap_or(10),
                 "delay" => orders.delay = millis().unwrap_or(orders.delay),
                 "first" => orders.first_delay = millis().unwrap_or(orders.first_delay),
+                "script" => orders.script = Some(value.to_string()),
                 _ => {}
             }
         }
@@ -88,11 +97,34 @@ pub fn tool_call_id(message: &str, round: u32) -> String {
     format!("call_{round}_{}", &hex::encode(digest)[..12])
 }
 
+/// One tool call of a script: the round that asks for it answers with
+/// exactly this id, tool and arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptedCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+impl ScriptedCall {
+    pub fn new(id: &str, name: &str, arguments: Value) -> Self {
+        Self { id: id.to_string(), name: name.to_string(), arguments }
+    }
+}
+
 /// What the upstream answered a request with.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
-    ToolCall { round: u32, id: String, name: String },
-    Final { words: u32 },
+    /// `arguments` is the JSON text streamed, in two fragments.
+    ToolCall {
+        round: u32,
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    Final {
+        words: u32,
+    },
 }
 
 /// A request as received, and what it got.
@@ -107,6 +139,8 @@ struct Shared {
     first_delay: Duration,
     requests: Mutex<Vec<Recorded>>,
     count: watch::Sender<usize>,
+    /// Scripts by name, for `script:NAME`.
+    scripts: Mutex<HashMap<String, Vec<ScriptedCall>>>,
 }
 
 pub struct DetUpstream {
@@ -119,8 +153,13 @@ impl DetUpstream {
     /// Serves on `127.0.0.1:0`; `delay` is the default pause between chunks
     /// (a kill lands mid-stream), `first_delay` before the first one.
     pub async fn start(delay: Duration, first_delay: Duration) -> Self {
-        let shared =
-            Arc::new(Shared { delay, first_delay, requests: Mutex::new(Vec::new()), count: watch::Sender::new(0) });
+        let shared = Arc::new(Shared {
+            delay,
+            first_delay,
+            requests: Mutex::new(Vec::new()),
+            count: watch::Sender::new(0),
+            scripts: Mutex::new(HashMap::new()),
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the upstream");
         let addr = listener.local_addr().expect("the upstream's address");
         let app = Router::new().route("/v1/chat/completions", post(complete)).with_state(shared.clone());
@@ -151,6 +190,12 @@ impl DetUpstream {
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.requests.lock().unwrap().clone()
     }
+
+    /// Registers `calls` as the script `name`: a turn whose message says
+    /// `script:NAME` asks for them one round at a time, then answers.
+    pub fn add_script(&self, name: &str, calls: Vec<ScriptedCall>) {
+        self.shared.scripts.lock().unwrap().insert(name.to_string(), calls);
+    }
 }
 
 impl Drop for DetUpstream {
@@ -177,12 +222,29 @@ fn progress(body: &Value) -> (String, u32) {
 async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
     let (message, results) = progress(&body);
     let orders = Orders::parse(&message, shared.delay, shared.first_delay);
-    let answer = if results < orders.tools {
-        let round = results + 1;
-        let name = orders.tool_names[(round as usize - 1) % orders.tool_names.len()].clone();
-        Answer::ToolCall { round, id: tool_call_id(&message, round), name }
-    } else {
-        Answer::Final { words: orders.words }
+    let round = results + 1;
+    let answer = match &orders.script {
+        Some(script) => {
+            let call = match shared.scripts.lock().unwrap().get(script) {
+                Some(calls) => calls.get(results as usize).cloned(),
+                None => {
+                    let error = json!({"error": {"message": format!("no script named {script:?}")}});
+                    return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+                }
+            };
+            match call {
+                Some(call) => {
+                    Answer::ToolCall { round, id: call.id, name: call.name, arguments: call.arguments.to_string() }
+                }
+                None => Answer::Final { words: orders.words },
+            }
+        }
+        None if results < orders.tools => {
+            let name = orders.tool_names[(round as usize - 1) % orders.tool_names.len()].clone();
+            let arguments = json!({"id": format!("r{round}")}).to_string();
+            Answer::ToolCall { round, id: tool_call_id(&message, round), name, arguments }
+        }
+        None => Answer::Final { words: orders.words },
     };
     {
         let mut requests = shared.requests.lock().unwrap();
@@ -220,10 +282,12 @@ fn frames(answer: &Answer, model: &str) -> Vec<Bytes> {
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
     let (mut deltas, finish, completion_tokens) = match answer {
-        Answer::ToolCall { round, id, name } => {
+        Answer::ToolCall { id, name, arguments, .. } => {
             let open = json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
                 "function": {"name": name, "arguments": ""}}]});
-            let args = [r#"{"id":"#.to_string(), format!(r#""r{round}"}}"#)];
+            // Two fragments, split in the middle: the gateway must join them.
+            let middle = (0..=arguments.len() / 2).rev().find(|i| arguments.is_char_boundary(*i)).unwrap_or(0);
+            let args = [&arguments[..middle], &arguments[middle..]];
             let fragments =
                 args.into_iter().map(|a| json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}));
             (std::iter::once(open).chain(fragments).collect::<Vec<_>>(), "tool_calls", 3)
