@@ -53,13 +53,25 @@ pub enum FollowItem {
 /// Live state of one followed session on this replica.
 pub(super) struct Feed {
     pub(super) tx: broadcast::Sender<Arc<LogEvent>>,
-    /// Highest seq broadcast; `None` until the first follower has read the
-    /// log once (a fill before that would read the whole log).
-    last_seq: Mutex<Option<u64>>,
+    /// Highest seq broadcast, and what was heard before it was known.
+    position: Mutex<Position>,
     followers: AtomicUsize,
     /// Set once the key is watched and this instance registered as a
     /// follower; every follower waits for it before its first read.
     subscribed: OnceCell<()>,
+}
+
+/// Where a feed is in its session's log.
+#[derive(Default)]
+struct Position {
+    /// Highest seq broadcast; `None` until the first follower has read the
+    /// log once (a fill before that would read the whole log).
+    last: Option<u64>,
+    /// The highest seq another replica announced while `last` was `None`
+    /// (`u64::MAX`: the subscription was re-established meanwhile). The
+    /// first read may have ended before it: the feed reads once more only
+    /// then, not for every follow.
+    heard: u64,
 }
 
 #[derive(Clone)]
@@ -114,7 +126,7 @@ impl EventHub {
         let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| {
             Arc::new(Feed {
                 tx: broadcast::channel(FEED_CAPACITY).0,
-                last_seq: Mutex::new(None),
+                position: Mutex::new(Position::default()),
                 followers: AtomicUsize::new(0),
                 subscribed: OnceCell::new(),
             })
@@ -165,27 +177,29 @@ impl EventHub {
         self.inner.store.log.read_after(key, after, limit).await
     }
 
-    /// Sets the feed's position after a follower's first read, then reads once
-    /// more so nothing appended in between waits for the next notice.
+    /// Sets the feed's position after a follower's first read, and reads
+    /// once more if another replica announced events past it meanwhile
+    /// (their notice found no position to compare with).
     pub(super) async fn initialise_feed(&self, key: &SessionKey, feed: &Feed, log_last: u64) {
-        {
-            let mut last = feed.last_seq.lock().await;
-            if last.is_none() {
-                *last = Some(log_last);
-            }
+        let behind = {
+            let mut position = feed.position.lock().await;
+            let last = *position.last.get_or_insert(log_last);
+            position.heard > last
+        };
+        if behind {
+            self.fill(key, feed).await;
         }
-        self.fill(key, feed).await;
     }
 
     /// Reads what the feed has not broadcast yet and broadcasts it: one read
     /// per replica, however many followers.
     async fn fill(&self, key: &SessionKey, feed: &Feed) {
-        let mut last = feed.last_seq.lock().await;
-        let Some(from) = *last else { return };
+        let mut position = feed.position.lock().await;
+        let Some(from) = position.last else { return };
         match self.inner.store.log.read_after(key, from, REPLAY_PAGE).await {
             Ok(range) => {
                 for event in self.decode(key, range) {
-                    *last = Some(event.seq);
+                    position.last = Some(event.seq);
                     let _ = feed.tx.send(event);
                 }
             }
@@ -210,7 +224,9 @@ impl EventHub {
     /// Re-reads what the session's followers here have not seen (after a
     /// commit whose answer was lost: it may or may not have happened).
     pub(super) async fn refill(&self, key: &SessionKey) {
-        if let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) {
+        if let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone())
+            && self.heard(&feed, u64::MAX).await
+        {
             self.fill(key, &feed).await;
         }
     }
@@ -219,14 +235,28 @@ impl EventHub {
     /// followers, from memory.
     pub(super) async fn broadcast(&self, key: &SessionKey, first: u64, events: Vec<Event>) {
         let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) else { return };
-        let mut last = feed.last_seq.lock().await;
+        let mut position = feed.position.lock().await;
         for (i, event) in events.into_iter().enumerate() {
             let seq = first + i as u64;
-            if last.is_some_and(|l| seq <= l) {
+            if position.last.is_some_and(|l| seq <= l) {
                 continue;
             }
-            *last = Some(seq);
+            position.last = Some(seq);
             let _ = feed.tx.send(Arc::new(LogEvent { seq, session_id: key.id.clone(), event }));
+        }
+    }
+
+    /// Another replica announced events up to `last_seq` (`u64::MAX`: maybe
+    /// any): whether `feed` must read them now. Before the feed's first
+    /// read set its position, the announcement is kept for that moment.
+    async fn heard(&self, feed: &Feed, last_seq: u64) -> bool {
+        let mut position = feed.position.lock().await;
+        match position.last {
+            Some(last) => last < last_seq,
+            None => {
+                position.heard = position.heard.max(last_seq);
+                false
+            }
         }
     }
 
@@ -245,8 +275,7 @@ impl EventHub {
                 Some(Notice::Appended { by: Some(by), .. }) if by == self.inner.instance => {}
                 Some(Notice::Appended { key, last_seq, .. }) => {
                     let Some(feed) = self.inner.feeds.get(&key).map(|f| f.clone()) else { continue };
-                    let behind = feed.last_seq.lock().await.is_some_and(|l| l < last_seq);
-                    if behind {
+                    if self.heard(&feed, last_seq).await {
                         self.fill(&key, &feed).await;
                     }
                 }
@@ -259,7 +288,9 @@ impl EventHub {
                 Some(Notice::Resubscribed) => {
                     let feeds: Vec<_> = self.inner.feeds.iter().map(|f| (f.key().clone(), f.value().clone())).collect();
                     for (key, feed) in feeds {
-                        self.fill(&key, &feed).await;
+                        if self.heard(&feed, u64::MAX).await {
+                            self.fill(&key, &feed).await;
+                        }
                     }
                     // A wake-up may have been missed too.
                     let _ = wakes.send(Wake::Everyone).await;

@@ -109,7 +109,10 @@ impl RedisStore {
                 OwnerChange::Keep => {}
                 OwnerChange::Acquire(instance) => {
                     pipe.cmd("SADD").arg(self.keys.owned(instance)).arg(&member).ignore();
-                    pipe.cmd("SREM").arg(self.keys.orphans()).arg(&member).ignore();
+                    // A session being created was never an orphan.
+                    if commit.fence != Fence::Absent {
+                        pipe.cmd("SREM").arg(self.keys.orphans()).arg(&member).ignore();
+                    }
                 }
                 OwnerChange::Release => {
                     if let Fence::Owner { instance, .. } = &commit.fence {

@@ -53,6 +53,11 @@ impl Replica {
             .prefix(&format!("sbfault-{}-", config.replica_id))
             .tempdir()
             .expect("a temp dir for the replica");
+        // The replica's TMPDIR (workspaces, the sandbox's /etc): what a
+        // SIGKILLed replica leaves goes with the directory. Traversable, so
+        // the sandbox's uid reaches the workspaces below it.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .expect("the replica's directory is traversable");
         let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("an HTTP client");
         let name = config.replica_id.clone();
         let mut replica = Self { name, addr: ([127, 0, 0, 1], 0).into(), config, dir, child: None, http };
@@ -182,6 +187,7 @@ impl Replica {
         }
         command
             .env("NO_COLOR", "1")
+            .env("TMPDIR", self.dir.path())
             .env("RUST_LOG", std::env::var("FAULT_RUST_LOG").unwrap_or_else(|_| "info".to_string()))
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
