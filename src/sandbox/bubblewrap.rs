@@ -64,6 +64,15 @@ pub(super) struct Bubblewrap {
     etc: Arc<OnceCell<PathBuf>>,
 }
 
+/// The made-up `/etc` goes with the sandbox (at shutdown).
+impl Drop for Bubblewrap {
+    fn drop(&mut self) {
+        if let Some(dir) = self.etc.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 impl Bubblewrap {
     pub fn new(config: &SandboxConfig) -> Self {
         let mut system = Vec::new();

@@ -174,6 +174,16 @@ impl Workspaces {
     }
 }
 
+/// A root this replica made for itself (no `[sandbox] dir`) goes with it,
+/// with whatever a session left there; a configured one stays.
+impl Drop for Workspaces {
+    fn drop(&mut self) {
+        if self.config.dir.is_none() {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
 /// One session's materialised workspace, for one tenure.
 pub struct Workspace {
     key: SessionKey,
