@@ -87,20 +87,20 @@ local nopen, nclose = tonumber(ARGV[13]), tonumber(ARGV[14])
 local nblob, nset, nrm, ndrop = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22]), tonumber(ARGV[23])
 local i = 24
 
--- Messages, in chunks (Lua's unpack has a stack limit).
-if ARGV[10] == 'replace' then redis.call('DEL', KEYS[2]) end
+-- Messages, in chunks (Lua's unpack has a stack limit). RPUSH answers
+-- the list's length: no LLEN for `nm`.
+local replace = ARGV[10] == 'replace'
+local nm = 0
+if replace then redis.call('DEL', KEYS[2]) end
 local last = i + nmsg - 1
 while i <= last do
   local upto = math.min(i + 999, last)
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, upto))
+  nm = redis.call('RPUSH', KEYS[2], unpack(ARGV, i, upto))
   i = upto + 1
 end
 
 local first = seq + 1
 local flags = ARGV[15]
-if string.find(flags, 't', 1, true) then
-  redis.call('HSET', h, 'ts', seq)
-end
 for _ = 1, nev do
   seq = seq + 1
   redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[17], '0-' .. seq, 'e', ARGV[i])
@@ -108,6 +108,10 @@ for _ = 1, nev do
 end
 
 local fields = {'own', own, 'ep', ep, 'cn', cn, 'seq', seq}
+if string.find(flags, 't', 1, true) then
+  table.insert(fields, 'ts')
+  table.insert(fields, first - 1)
+end
 if change == 'acquire' then
   table.insert(fields, 'lo')
   table.insert(fields, own)
@@ -116,9 +120,9 @@ if ARGV[8] ~= '' then
   v = v + 1
   for _, f in ipairs({'v', v, 'doc', ARGV[8], 'st', ARGV[9], 'ck', seq}) do table.insert(fields, f) end
 end
-if nmsg > 0 or ARGV[10] == 'replace' then
+if nmsg > 0 or replace then
   table.insert(fields, 'nm')
-  table.insert(fields, redis.call('LLEN', KEYS[2]))
+  table.insert(fields, nm)
 end
 for _ = 1, nopen do
   table.insert(fields, 'r:' .. ARGV[i])
@@ -158,8 +162,8 @@ if ARGV[8] ~= '' or change ~= 'keep' then
   redis.call('PEXPIRE', h, ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
-  redis.call('PEXPIRE', KEYS[5], ttl)
+  -- A workspace's blobs exist only beside its manifest.
+  if redis.call('PEXPIRE', KEYS[4], ttl) == 1 then redis.call('PEXPIRE', KEYS[5], ttl) end
 end
 
 -- Followers on the committing instance get the events from memory; those

@@ -169,3 +169,60 @@ async fn commits_load_the_script_again_after_a_script_flush() {
     assert_eq!(results[1], Err(CommitError::Conflict(Conflict::Fenced)));
     assert_eq!(seqs_after(&h.store, &keys[0], 0, 10).await, [1, 2]);
 }
+
+/// The TTL of each of `key`'s keys in Redis (`-2`: the key does not exist).
+async fn ttls(prefix: &str, key: &SessionKey) -> Vec<i64> {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut out = Vec::new();
+    for suffix in ["state", "msgs", "events", "ws", "blobs"] {
+        let name = format!("{prefix}{{t:{}:s:{}}}:{suffix}", key.tenant, key.id);
+        out.push(redis::cmd("PTTL").arg(name).query_async(&mut conn).await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
+    let prefix = unique_prefix();
+    let config = StoreConfig {
+        redis_url: Some(redis_url()),
+        key_prefix: prefix.clone(),
+        session_ttl: Duration::from_secs(60),
+        event_log_max_len: 100,
+        lease_ttl: Duration::from_secs(10),
+    };
+    let (tx, _notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
+    let store = Store::open(&config, tx, Default::default()).unwrap();
+    let k = key("acme", "s1");
+    let mut tenure = create_owned(&store, &k, "a#1").await;
+    let fresh = |ttl: i64| ttl > 50_000 && ttl <= 60_000;
+    let [state_ttl, msgs, events, ws, blobs] = ttls(&prefix, &k).await[..] else { unreachable!() };
+    assert!(fresh(state_ttl), "{state_ttl}");
+    // No conversation, event or workspace yet: those keys do not exist.
+    assert_eq!((msgs, events, ws, blobs), (-2, -2, -2, -2));
+
+    let mut with_file = tenure.next();
+    with_file.state = state("two", "running");
+    with_file.messages = MessagesWrite::Append(vec!["m1".into(), "m2".into()]);
+    with_file.events = vec!["e1".into()];
+    let content = bytes::Bytes::from_static(b"print(1)\n");
+    let entry = switchboard::workspace::entry_of(&content, 0o644);
+    with_file.workspace = Some(switchboard::store::WorkspaceWrite {
+        blobs: vec![(entry.digest.clone(), content)],
+        set: vec![("a.py".into(), entry)],
+        ..Default::default()
+    });
+    commit_one(&store, with_file).await.unwrap();
+    let ttls = ttls(&prefix, &k).await;
+    assert!(ttls.iter().all(|t| fresh(*t)), "every key of the session renewed: {ttls:?}");
+    let record = load(&store, &k).await;
+    assert_eq!(record.message_count, 2);
+
+    // A replaced conversation counts what it holds now.
+    let mut replace = tenure.next();
+    replace.state = state("three", "running");
+    replace.messages = MessagesWrite::Replace(vec!["summary".into()]);
+    commit_one(&store, replace).await.unwrap();
+    assert_eq!(load(&store, &k).await.message_count, 1);
+}
