@@ -8,7 +8,7 @@
 //! [`fanout`]), and statistics and Markdown helpers ([`stats`]); for the
 //! scenarios against the gateway binary: the mock model ([`mock`]), the
 //! processes ([`procs`]), chats as clients see them ([`streams`], [`load`],
-//! [`native`]).
+//! [`sustain`], [`native`]).
 
 pub mod cluster;
 pub mod fanout;
@@ -23,6 +23,7 @@ pub mod runner;
 pub mod sse;
 pub mod stats;
 pub mod streams;
+pub mod sustain;
 pub mod turns;
 
 /// Errors are reported, never handled: a message is all a benchmark needs.

@@ -20,7 +20,7 @@ pub struct Phase {
 impl Phase {
     /// Prepares `n` chats (for the native API, creates their sessions).
     pub async fn prepare(target: &Target, n: usize) -> Result<Vec<Option<String>>> {
-        futures::future::try_join_all((0..n).map(|_| target.prepare())).await
+        futures::future::try_join_all((0..n).map(|chat| target.prepare(chat))).await
     }
 
     /// Runs the `prepared` chats, starting chat `i` of `n` at `i * ramp / n`.
@@ -35,7 +35,7 @@ impl Phase {
                 let at = started + ramp.mul_f64(i as f64 / n.max(1) as f64);
                 tokio::spawn(async move {
                     tokio::time::sleep_until(at.into()).await;
-                    target.chat(&order, prepared.as_deref()).await
+                    target.chat(i, &order, prepared.as_deref()).await
                 })
             })
             .collect();

@@ -11,6 +11,11 @@
 //! can check that it received every one, in order. `gate:1` holds the first
 //! token until `POST /release` (and `POST /hold` closes the gate again), so
 //! a scenario can hold thousands of streams open for as long as it measures.
+//!
+//! [`serve`] speaks HTTP/1.1 and HTTP/2 over cleartext (h2c, prior
+//! knowledge) on one port, as a model server behind an h2c-speaking proxy
+//! does: a gateway configured with `[models.X] http2 = true` sends all its
+//! calls over one connection.
 
 use std::{
     convert::Infallible,
@@ -21,7 +26,12 @@ use std::{
     time::Duration,
 };
 
-use tokio::sync::watch;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto::Builder,
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::watch};
 
 use axum::{
     Json, Router,
@@ -97,6 +107,44 @@ pub fn router() -> Router {
                 GATE.send_replace(false);
             }),
         )
+}
+
+/// Streams one HTTP/2 connection may carry: every held chat of a capacity
+/// run (9,900) on the gateway's one h2c connection, where hyper's default
+/// (200) would queue the rest behind them.
+const MAX_H2_STREAMS: u32 = 100_000;
+
+/// Serves [`router`] on `listener`, HTTP/1.1 and h2c alike, until the
+/// process ends. `TCP_NODELAY` on every connection, as model servers set it
+/// (uvicorn does): with Nagle on, the frames of many streams on one h2c
+/// connection waited for the client's delayed ACK (time to first token
+/// p50 42 ms straight to the mock at 300 streams), and over HTTP/1.1 the
+/// closing chunks after an answer's last token could. (`axum::serve`, used
+/// before, left Nagle on.)
+pub async fn serve(listener: TcpListener) -> crate::Result<()> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(MAX_H2_STREAMS);
+    let router = router();
+    loop {
+        let (tcp, _peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // Out of file descriptors: the run is over its limit; say so and go on.
+            Err(e) => {
+                eprintln!("mock_upstream: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            eprintln!("mock_upstream: cannot set TCP_NODELAY: {e}");
+        }
+        let connection =
+            builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router.clone())).into_owned();
+        tokio::spawn(async move {
+            // A client that resets or goes away is not the mock's business.
+            let _ = connection.await;
+        });
+    }
 }
 
 /// Open (`true`) lets gated answers start.

@@ -59,6 +59,21 @@ impl Proc {
         status_field(self.pid, "Threads:")
     }
 
+    /// Open sockets of the process (its `/proc/<pid>/fd` links to
+    /// `socket:`): client connections, upstream connections, Redis, the
+    /// listener. Shows how many connections the chats took.
+    pub fn sockets(&self) -> usize {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else { return 0 };
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|link| link.to_string_lossy().starts_with("socket:"))
+            .count()
+    }
+
+    /// Its process id (for `perf record -p`).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Sends SIGKILL (a lost host: no drain, no goodbye).
     pub fn kill(&mut self) -> Result<()> {
         Ok(self.child.start_kill()?)
@@ -137,6 +152,10 @@ pub struct GatewayOptions {
     pub tool_permission: &'static str,
     /// `store.lease_ttl_secs` (default 10).
     pub lease_ttl_secs: u64,
+    /// `[models.bench] http2`: the gateway calls the mock over one h2c
+    /// connection (prior knowledge) instead of one HTTP/1.1 connection per
+    /// call in flight.
+    pub upstream_h2c: bool,
 }
 
 impl GatewayOptions {
@@ -150,6 +169,7 @@ impl GatewayOptions {
             mock,
             tool_permission: "allow",
             lease_ttl_secs: 10,
+            upstream_h2c: false,
         }
     }
 }
@@ -194,6 +214,7 @@ jwt = {{ hs256_secret = "{SECRET}" }}
 provider = "openai"
 base_url = "http://{mock}/v1"
 model = "bench"
+http2 = {upstream_h2c}
 
 [[tools]]
 name = "lookup"
@@ -208,6 +229,7 @@ permission = "{permission}"
             mock = options.mock,
             permission = options.tool_permission,
             lease = options.lease_ttl_secs,
+            upstream_h2c = options.upstream_h2c,
         );
         let path = dir.path().join("switchboard.toml");
         std::fs::write(&path, config)?;

@@ -1,7 +1,9 @@
 //! One chat as a client sees it, in any of the dialects a scenario drives,
 //! or straight against the mock model (the baseline): the request, its SSE
 //! read to the end, and the times a user feels — to the first token, between
-//! tokens, to the end.
+//! tokens, to the end. Chats reach the server over HTTP/1.1 (a connection
+//! per chat in flight) or h2c (many chats multiplexed on one connection):
+//! [`Transport`], [`Clients`].
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +62,8 @@ impl Dialect {
 /// What one stream delivered, and when.
 #[derive(Debug, Clone, Default)]
 pub struct Timing {
+    /// When the request was sent.
+    pub started: Option<Instant>,
     /// From the request to the response's headers (the gateway has started
     /// the turn and subscribed to its events).
     pub headers: Option<Duration>,
@@ -69,6 +73,9 @@ pub struct Timing {
     pub total: Duration,
     /// Between consecutive token frames.
     pub gaps: Vec<Duration>,
+    /// From the request to each token's frame, one entry per token (a frame
+    /// may carry several): what a sustained run counts inside its window.
+    pub arrivals: Vec<Duration>,
     /// The text received.
     pub text: String,
     pub error: Option<String>,
@@ -81,10 +88,61 @@ impl Timing {
     }
 }
 
+/// How chats reach a server (`--h2c`, `--chats-per-connection`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// HTTP/1.1: a connection per chat in flight, kept alive between chats.
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge (h2c), as a load balancer
+    /// speaks to the gateway: this many chats multiplexed per connection.
+    H2c { chats_per_connection: usize },
+}
+
+impl Transport {
+    pub fn new(h2c: bool, chats_per_connection: usize) -> Self {
+        if h2c { Self::H2c { chats_per_connection: chats_per_connection.max(1) } } else { Self::Http1 }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Self::Http1 => "HTTP/1.1".into(),
+            Self::H2c { chats_per_connection } => format!("h2c, {chats_per_connection} chats per connection"),
+        }
+    }
+}
+
+/// The HTTP clients of a run: chat `i` goes through [`Clients::get`]`(i)`.
+/// For h2c, one `reqwest::Client` per group of chats: a client pools one
+/// HTTP/2 connection per host and sends every request over it, so each
+/// group is one connection.
+#[derive(Clone)]
+pub struct Clients {
+    clients: Vec<reqwest::Client>,
+    chats_per_client: usize,
+}
+
+impl Clients {
+    /// Clients for up to `chats` chats at once over `transport`.
+    pub fn new(transport: Transport, chats: usize) -> Self {
+        match transport {
+            Transport::Http1 => Self { clients: vec![http_client()], chats_per_client: usize::MAX },
+            Transport::H2c { chats_per_connection } => Self {
+                clients: (0..chats.div_ceil(chats_per_connection).max(1)).map(|_| h2c_client()).collect(),
+                chats_per_client: chats_per_connection,
+            },
+        }
+    }
+
+    /// The client of chat `chat` (chats past those planned share the last).
+    pub fn get(&self, chat: usize) -> &reqwest::Client {
+        &self.clients[(chat / self.chats_per_client).min(self.clients.len() - 1)]
+    }
+}
+
 /// Where a client sends its chats.
 #[derive(Clone)]
 pub struct Target {
-    pub http: reqwest::Client,
+    pub clients: Clients,
     /// The gateway's (or for `Direct`, the mock's) `http://host:port`.
     pub base: String,
     pub token: String,
@@ -97,18 +155,24 @@ pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder().pool_max_idle_per_host(usize::MAX).tcp_nodelay(true).build().expect("an HTTP client")
 }
 
+/// An HTTP client speaking h2c (prior knowledge): one connection per host
+/// for all its requests, no request timeout.
+fn h2c_client() -> reqwest::Client {
+    reqwest::Client::builder().http2_prior_knowledge().tcp_nodelay(true).build().expect("an HTTP/2 client")
+}
+
 impl Target {
-    /// Prepares a chat (for the native API: creates its session), untimed.
-    pub async fn prepare(&self) -> Result<Option<String>> {
+    /// Prepares chat `chat` (for the native API: creates its session), untimed.
+    pub async fn prepare(&self, chat: usize) -> Result<Option<String>> {
         if self.dialect != Dialect::Native {
             return Ok(None);
         }
-        let client = Native { http: self.http.clone(), token: self.token.clone() };
+        let client = Native { http: self.clients.get(chat).clone(), token: self.token.clone() };
         Ok(Some(client.create(&self.base, "relay").await?))
     }
 
-    /// The request of a chat ordering `order` (in the session `prepared`).
-    fn request(&self, order: &Order, prepared: Option<&str>) -> reqwest::RequestBuilder {
+    /// The request of chat `chat` ordering `order` (in the session `prepared`).
+    fn request(&self, chat: usize, order: &Order, prepared: Option<&str>) -> reqwest::RequestBuilder {
         let message = order.message();
         let (path, body) = match self.dialect {
             Dialect::Direct => (
@@ -127,26 +191,33 @@ impl Target {
                 ("/chat".to_string(), json!({"model": MODEL, "messages": [{"role": "user", "content": message}]}))
             }
         };
-        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        let mut request = self.clients.get(chat).post(format!("{}{path}", self.base)).json(&body);
         if self.dialect != Dialect::Direct {
             request = request.bearer_auth(&self.token);
         }
         request
     }
 
-    /// Runs one chat to the end of its stream.
-    pub async fn chat(&self, order: &Order, prepared: Option<&str>) -> Timing {
+    /// Runs chat `chat` to the end of its stream.
+    pub async fn chat(&self, chat: usize, order: &Order, prepared: Option<&str>) -> Timing {
         let started = Instant::now();
-        let mut timing = Timing::default();
-        if let Err(e) = self.read(order, prepared, started, &mut timing).await {
+        let mut timing = Timing { started: Some(started), ..Timing::default() };
+        if let Err(e) = self.read(chat, order, prepared, started, &mut timing).await {
             timing.error = Some(e.to_string());
         }
         timing.total = started.elapsed();
         timing
     }
 
-    async fn read(&self, order: &Order, prepared: Option<&str>, started: Instant, timing: &mut Timing) -> Result<()> {
-        let response = self.request(order, prepared).send().await?;
+    async fn read(
+        &self,
+        chat: usize,
+        order: &Order,
+        prepared: Option<&str>,
+        started: Instant,
+        timing: &mut Timing,
+    ) -> Result<()> {
+        let response = self.request(chat, order, prepared).send().await?;
         timing.headers = Some(started.elapsed());
         if !response.status().is_success() {
             return Err(format!("{}: {}", response.status(), response.text().await.unwrap_or_default()).into());
@@ -162,6 +233,7 @@ impl Target {
                     timing.gaps.push(now - last);
                 }
                 last = now;
+                timing.arrivals.extend(std::iter::repeat_n(now - started, text.matches('t').count()));
                 timing.text.push_str(&text);
             }
         }

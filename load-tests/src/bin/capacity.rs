@@ -19,6 +19,11 @@
 //! its text. Baseline: the mock's resident memory per held stream in the
 //! same phase (slow model).
 //!
+//! `--h2c` opens the chats over HTTP/2 with prior knowledge,
+//! `--chats-per-connection` on each connection (a load balancer's shape);
+//! `--upstream-h2c` has the gateway call the mock over one h2c connection.
+//! The report counts the gateway's sockets while the chats are open.
+//!
 //! Needs file descriptors: `ulimit -n` of about 2 x chats + 1,000 (the
 //! gateway holds two sockets per slow-model chat; children inherit it).
 
@@ -41,7 +46,7 @@ use switchboard_load::{
     procs::{Gateway, GatewayOptions, Mock, token},
     redis_admin::{Admin, run_prefix},
     stats::int,
-    streams::http_client,
+    streams::{Clients, Transport},
 };
 use tokio::sync::Notify;
 
@@ -67,6 +72,15 @@ struct Args {
     /// as a takeover.
     #[arg(long, default_value_t = 10)]
     lease_ttl_secs: u64,
+    /// Open the chats over HTTP/2 with prior knowledge (h2c).
+    #[arg(long)]
+    h2c: bool,
+    /// With `--h2c`: chats multiplexed on one connection.
+    #[arg(long, default_value_t = 100)]
+    chats_per_connection: usize,
+    /// The gateway calls the mock over h2c (`[models.bench] http2 = true`).
+    #[arg(long)]
+    upstream_h2c: bool,
 }
 
 /// What an open chat waits on.
@@ -97,6 +111,8 @@ struct Row {
     mock_rss_before: u64,
     mock_rss_open: u64,
     threads: u64,
+    /// The gateway's open sockets with every chat open.
+    sockets: usize,
     idle_commands: u64,
     idle: Duration,
     takeovers: f64,
@@ -132,20 +148,27 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
     let options = GatewayOptions {
         tool_permission: "ask",
         lease_ttl_secs: args.lease_ttl_secs,
+        upstream_h2c: args.upstream_h2c,
         ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr)
     };
     let gateway = Gateway::start(&options).await?;
-    let http = http_client();
-    let client = Native { http: http.clone(), token: token()? };
+    let clients = Clients::new(Transport::new(args.h2c, args.chats_per_connection), chats);
+    let token = token()?;
+    // Chat `i`'s client: its session, its turn and its decision share a
+    // connection (with h2c, that of its group of chats).
+    let client = |i: usize| Native { http: clients.get(i).clone(), token: token.clone() };
     let relay = kind == Kind::Relay;
     let order = Order { tokens: 5, pace: Duration::ZERO, first: Duration::ZERO, tools: u32::from(relay), gate: !relay };
     let base = gateway.base();
 
     // Sessions first (untimed), then memory before any turn runs.
-    let ids: Vec<String> = bounded((0..chats).collect(), args.concurrency, |_| client.create(&base, "relay"))
-        .await
-        .into_iter()
-        .collect::<Result<_>>()?;
+    let ids: Vec<String> = bounded((0..chats).collect(), args.concurrency, |i| {
+        let (client, base) = (client(i), base.clone());
+        async move { client.create(&base, "relay").await }
+    })
+    .await
+    .into_iter()
+    .collect::<Result<_>>()?;
     let rss_before = gateway.proc.rss_kib();
     let mock_rss_before = mock.proc.rss_kib();
 
@@ -155,8 +178,8 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(chats);
     let gate = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
-    for id in &ids {
-        let (client, base, id, message) = (client.clone(), base.clone(), id.clone(), order.message());
+    for (i, id) in ids.iter().enumerate() {
+        let (client, base, id, message) = (client(i), base.clone(), id.clone(), order.message());
         let (opened, all_open, relays, gate) = (opened.clone(), all_open.clone(), relays.clone(), gate.clone());
         let expected: String = (1..=order.tokens).map(Order::token).collect();
         tasks.push(tokio::spawn(async move {
@@ -167,7 +190,7 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
             drop(permit);
             if relay {
                 let relay_id = event.data["relay_id"].as_str().ok_or("a relay without an id")?.to_string();
-                relays.lock().expect("not poisoned").push((id.clone(), relay_id));
+                relays.lock().expect("not poisoned").push((i, id.clone(), relay_id));
             }
             if opened.fetch_add(1, Ordering::SeqCst) + 1 == chats {
                 all_open.notify_one();
@@ -188,6 +211,7 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
     let rss_open = gateway.proc.rss_kib();
     let mock_rss_open = mock.proc.rss_kib();
     let threads = gateway.proc.threads();
+    let sockets = gateway.proc.sockets();
     let takeovers_before = gateway.metric("switchboard_takeovers").await?;
     let before = admin.counters().await?;
     let idle_started = Instant::now();
@@ -199,8 +223,8 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
     let released = Instant::now();
     if relay {
         let pending = std::mem::take(&mut *relays.lock().expect("not poisoned"));
-        let decided = bounded(pending, args.concurrency, |(id, relay_id)| {
-            let (client, base) = (client.clone(), base.clone());
+        let decided = bounded(pending, args.concurrency, |(i, id, relay_id)| {
+            let (client, base) = (client(i), base.clone());
             async move { client.decide(&base, &id, &relay_id, true).await }
         })
         .await;
@@ -208,7 +232,7 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
             eprintln!("a decision failed: {e}");
         }
     } else {
-        http.post(format!("http://{}/release", mock.addr)).send().await?;
+        reqwest::Client::new().post(format!("http://{}/release", mock.addr)).send().await?;
     }
     let (mut complete, mut first_error) = (0, None);
     for task in tasks {
@@ -231,6 +255,7 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
         mock_rss_before,
         mock_rss_open,
         threads,
+        sockets,
         idle_commands,
         idle,
         takeovers,
@@ -245,14 +270,20 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
     context.write_header(&mut w, "Open chats on one replica", &args.redis);
     let _ = writeln!(
         w,
-        "- lease TTL {} s; idle Redis commands counted over {} s of holding\n",
+        "- lease TTL {} s; idle Redis commands counted over {} s of holding",
         args.lease_ttl_secs, args.idle_secs
+    );
+    let upstream = if args.upstream_h2c { "h2c (one connection)" } else { "HTTP/1.1 (a connection per call)" };
+    let _ = writeln!(
+        w,
+        "- chats opened over {}; the gateway calls the mock over {upstream}\n",
+        Transport::new(args.h2c, args.chats_per_connection).name()
     );
     let _ = writeln!(
         w,
-        "| kind | chats | opened | s to open | gateway RSS before → open (KiB) | KiB per chat | mock KiB per chat | gateway threads | Redis commands/s per idle chat | takeovers while holding | ended with their text | s to release all |"
+        "| kind | chats | opened | s to open | gateway RSS before → open (KiB) | KiB per chat | mock KiB per chat | gateway threads | gateway sockets | Redis commands/s per idle chat | takeovers while holding | ended with their text | s to release all |"
     );
-    let _ = writeln!(w, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(w, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         let per = |after: u64, before: u64| (after.saturating_sub(before)) as f64 / row.opened.max(1) as f64;
         let mock = if row.kind == Kind::Slow {
@@ -262,7 +293,7 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
         };
         let _ = writeln!(
             w,
-            "| {} | {} | {} | {:.1} | {} → {} | {:.1} | {} | {} | {:.4} | {} | {} | {:.1} |",
+            "| {} | {} | {} | {:.1} | {} → {} | {:.1} | {} | {} | {} | {:.4} | {} | {} | {:.1} |",
             row.kind.name(),
             int(row.chats as f64),
             int(row.opened as f64),
@@ -272,6 +303,7 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
             per(row.rss_open, row.rss_before),
             mock,
             row.threads,
+            int(row.sockets as f64),
             row.idle_commands as f64 / row.idle.as_secs_f64() / row.opened.max(1) as f64,
             row.takeovers,
             int(row.complete as f64),

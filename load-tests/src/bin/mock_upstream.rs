@@ -4,7 +4,8 @@
 //! ```sh
 //! mock_upstream [--listen 127.0.0.1:0]
 //! ```
-//! Prints `listening on ADDR` as its first line.
+//! Prints `listening on ADDR` as its first line. Speaks HTTP/1.1 and h2c
+//! (prior knowledge) on the same port.
 
 use clap::Parser;
 
@@ -19,6 +20,5 @@ async fn main() -> switchboard_load::Result<()> {
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
-    axum::serve(listener, switchboard_load::mock::router()).await?;
-    Ok(())
+    switchboard_load::mock::serve(listener).await
 }

@@ -19,6 +19,16 @@
 //! the phase's wall time, which shows when the shared cores are the limit.
 //! With `--pace-ms 0` and long answers the same report is the throughput
 //! scenario.
+//!
+//! With `--sustain S` (module `sustain`), each of `n` clients starts a new
+//! chat as soon as its previous one ends, so `n` streams are open at every
+//! moment, and the costs are read over an `S`-second window of that steady
+//! state. `--h2c` sends the chats over HTTP/2 with prior knowledge,
+//! `--chats-per-connection` per connection, to the mock and the gateway
+//! alike; `--upstream-h2c` has the gateway call the mock over h2c.
+
+#[path = "overhead/sustain.rs"]
+mod sustain;
 
 use std::{fmt::Write, process::ExitCode, time::Duration};
 
@@ -31,7 +41,7 @@ use switchboard_load::{
     procs::{Gateway, GatewayOptions, Mock, cpu_of, token},
     redis_admin::{Admin, Counters, run_prefix},
     stats::{Summary, int, ms, rate},
-    streams::{Dialect, Target, http_client},
+    streams::{Clients, Dialect, Target, Transport},
 };
 
 /// Gateway overhead against a same-run baseline straight to the mock model.
@@ -59,6 +69,33 @@ struct Args {
     /// The starts of a phase's chats are spread over this many milliseconds.
     #[arg(long, default_value_t = 1000)]
     ramp_ms: u64,
+    /// Sustained mode: each of the `--streams` clients starts a new chat as
+    /// soon as its previous one ends; costs are read over this many seconds
+    /// (after the ramp and a few seconds of settling).
+    #[arg(long, value_name = "SECONDS")]
+    sustain: Option<u64>,
+    /// Send the chats over HTTP/2 with prior knowledge (h2c), to the mock
+    /// and the gateway alike.
+    #[arg(long)]
+    h2c: bool,
+    /// With `--h2c`: chats multiplexed on one connection.
+    #[arg(long, default_value_t = 100)]
+    chats_per_connection: usize,
+    /// The gateway calls the mock over h2c (`[models.bench] http2 = true`):
+    /// one connection for all its calls.
+    #[arg(long)]
+    upstream_h2c: bool,
+}
+
+impl Args {
+    fn transport(&self) -> Transport {
+        Transport::new(self.h2c, self.chats_per_connection)
+    }
+
+    /// How the gateway reaches the mock, for the report.
+    fn upstream(&self) -> &'static str {
+        if self.upstream_h2c { "h2c (one connection)" } else { "HTTP/1.1 (a connection per call in flight)" }
+    }
 }
 
 /// One measured phase.
@@ -92,12 +129,14 @@ async fn run(args: Args) -> Result<String> {
     let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
     let prefix = run_prefix();
-    let gateway = Gateway::start(&GatewayOptions::new("a", &args.redis, &prefix, mock.addr)).await?;
-    let http = http_client();
+    let options =
+        GatewayOptions { upstream_h2c: args.upstream_h2c, ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr) };
+    let gateway = Gateway::start(&options).await?;
+    let clients = Clients::new(args.transport(), args.streams.iter().copied().max().unwrap_or(0));
     let token = token()?;
     let target = |dialect| {
         let base = if dialect == Dialect::Direct { format!("http://{}", mock.addr) } else { gateway.base() };
-        Target { http: http.clone(), base, token: token.clone(), dialect }
+        Target { clients: clients.clone(), base, token: token.clone(), dialect }
     };
 
     // Warm-up: connections, caches, the gateway's first sessions.
@@ -105,6 +144,14 @@ async fn run(args: Args) -> Result<String> {
     for &dialect in std::iter::once(&Dialect::Direct).chain(&args.dialects) {
         let prepared = Phase::prepare(&target(dialect), 50).await?;
         Phase::run(&target(dialect), &warm, prepared, Duration::from_millis(200)).await?;
+    }
+
+    if let Some(seconds) = args.sustain {
+        let rows =
+            sustain::measure(&args, &order, Duration::from_secs(seconds), &gateway, &mock, &mut admin, target).await?;
+        admin.delete_prefix(&prefix).await?;
+        context.finish();
+        return Ok(sustain::report(&context, &args, &order, &rows));
     }
 
     let mut rows = Vec::new();
@@ -154,6 +201,12 @@ fn report(
         order.pace.as_millis(),
         order.first.as_millis(),
         args.ramp_ms
+    );
+    let _ = writeln!(
+        w,
+        "- chats sent over {}; the gateway calls the mock over {}",
+        args.transport().name(),
+        args.upstream()
     );
     let _ = writeln!(w, "- gateway binary: `{}`", switchboard_load::procs::gateway_binary().display());
     let _ = writeln!(w, "- gateway peak resident memory over the run: {} KiB", int(peak_rss as f64));
