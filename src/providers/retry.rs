@@ -35,14 +35,28 @@ const MAX_DELAY: Duration = Duration::from_secs(60);
 /// Upstream error messages are cut to this many characters.
 const MAX_MESSAGE_CHARS: usize = 500;
 
+/// The receive window of an HTTP/2 connection to a model server. Every
+/// streamed token is a small DATA frame; h2 closes a connection
+/// (`GOAWAY ENHANCE_YOUR_CALM`) once the small frames buffered but not yet
+/// read pass a budget of half this window. With hyper's 5 MiB that was
+/// about 13,000 frames: 9,900 answers arriving at once on one connection
+/// broke every stream on it (load-tests/RESULTS.md). 64 MiB allows ten
+/// times that; flow control still bounds each stream (2 MiB).
+const H2_CONNECTION_WINDOW: u32 = 64 << 20;
+
 /// The HTTP client of one provider: a connect timeout, and no overall
 /// request timeout (streams last as long as the model talks; the first-byte
 /// and idle timeouts guard them instead). With `http2`, plain-HTTP model
 /// servers are spoken to in HTTP/2 at once (h2c, prior knowledge): every
-/// call of the replica shares one connection.
+/// call of the replica shares one connection, with a connection window of
+/// [`H2_CONNECTION_WINDOW`].
 pub(super) fn client(resilience: &Resilience, http2: bool) -> reqwest::Client {
     let builder = reqwest::Client::builder().connect_timeout(resilience.connect_timeout);
-    let builder = if http2 { builder.http2_prior_knowledge() } else { builder };
+    let builder = if http2 {
+        builder.http2_prior_knowledge().http2_initial_connection_window_size(H2_CONNECTION_WINDOW)
+    } else {
+        builder
+    };
     builder
         .build()
         // Only fails when the TLS backend cannot start: nothing would work.
