@@ -8,8 +8,9 @@
 //!    command through the `none` backend, and a plain
 //!    `std::process::Command::new("sh").args(["-c", …])` spawn and wait.
 //!    Then where bubblewrap's time goes: `bwrap` run directly (no shell, no
-//!    pipes), as the uid the backend runs it as: alone, then with one more
-//!    kind of namespace per row, then with the backend's kinds of mounts.
+//!    pipes), as the uid the backend runs it as: alone, then in namespaces
+//!    with a root of the system directories, one more kind per row, then
+//!    with the backend's other kinds of mounts.
 //!    Every variant runs once per round, rounds repeat `--runs` times, so
 //!    drift in the machine's load hits all alike.
 //! 2. **Workspace commit per changed file** (`commits.rs`): a file of each
@@ -165,22 +166,27 @@ async fn spawn_and_wait(mut command: std::process::Command) -> Result<Duration> 
 }
 
 /// The breakdown's rows: `bwrap` alone (`--version`: its exec and nothing
-/// more), then with namespaces (a `bwrap` that is not setuid, as here,
-/// always makes a user and a mount namespace), one more kind per row, then
-/// with the kinds of mounts the backend makes. The last row copies
+/// more); then in namespaces (a `bwrap` that is not setuid, as here, always
+/// makes a user and a mount namespace) with a new root holding only the
+/// system directories, one more kind of namespace per row; then with the
+/// rest of the backend's kinds of mounts. The rows copy
 /// `sandbox/bubblewrap.rs`'s lists by hand (its argument builder is
-/// private): it is close to the backend's `bwrap`, not the same.
+/// private): the last is close to the backend's `bwrap`, not the same.
 fn breakdown(workspace: &Path) -> Vec<(&'static str, Vec<String>)> {
     let words = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let namespaces = words(&["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]);
-    let mut mounts = namespaces.clone();
-    mounts.extend(words(&["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]));
+    let mut system = Vec::new();
     for path in ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"] {
-        mounts.extend(match std::fs::read_link(path) {
+        system.extend(match std::fs::read_link(path) {
             Ok(target) => ["--symlink".into(), target.to_string_lossy().into_owned(), path.into()],
             Err(_) => ["--ro-bind-try".into(), path.into(), path.into()],
         });
     }
+    let user = [words(&["--unshare-user"]), system.clone()].concat();
+    let others = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup"];
+    let others = [words(&others), system.clone()].concat();
+    let all = [words(&["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]), system].concat();
+    let mut mounts = all.clone();
+    mounts.extend(words(&["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]));
     let tmp = SandboxConfig::default().limits.tmp_bytes.to_string();
     mounts.extend(words(&["--proc", "/proc", "--dev", "/dev", "--size", &tmp, "--perms", "1777"]));
     mounts.extend(words(&["--tmpfs", "/tmp", "--dir", "/etc"]));
@@ -194,26 +200,11 @@ fn breakdown(workspace: &Path) -> Vec<(&'static str, Vec<String>)> {
     mounts.extend(words(&["--chdir", "/workspace"]));
     vec![
         ("bwrap alone: `bwrap --version` (its start, no namespace)", words(&["--version"])),
+        ("bwrap: user + mount namespaces, a new root with the system directories read-only", user),
+        ("… + pid, ipc, uts, cgroup namespaces", others),
+        ("… + net namespace (`--unshare-all`)", all),
         (
-            "bwrap: user + mount namespaces (`--unshare-user --dev-bind / /`)",
-            words(&["--unshare-user", "--dev-bind", "/", "/"]),
-        ),
-        (
-            "… + pid, ipc, uts, cgroup namespaces",
-            words(&[
-                "--unshare-user",
-                "--unshare-pid",
-                "--unshare-ipc",
-                "--unshare-uts",
-                "--unshare-cgroup",
-                "--dev-bind",
-                "/",
-                "/",
-            ]),
-        ),
-        ("… + net namespace (`--unshare-all`)", [namespaces, words(&["--dev-bind", "/", "/"])].concat()),
-        (
-            "… + the backend's kinds of mounts instead of `/`: system directories and `/etc` read-only, `/proc`, `/dev`, a tmpfs `/tmp`, the workspace; capabilities dropped",
+            "… + the backend's other kinds of mounts: `/etc` read-only, `/proc`, `/dev`, a tmpfs `/tmp`, the workspace; capabilities dropped",
             mounts,
         ),
     ]
@@ -316,7 +307,7 @@ impl Startup {
         let _ = writeln!(w, "\n### Where bubblewrap's start-up goes (`true`)\n");
         let _ = writeln!(
             w,
-            "`bwrap … /bin/true` spawned directly (no shell, no pipes, no limits; as the uid above): alone, then with one more kind of namespace per row, then the backend's kinds of mounts; the last rows are the backends of the table above. Steps are differences of medians.\n"
+            "`bwrap … /bin/true` spawned directly (no shell, no pipes, no limits; as the uid above): alone, then in namespaces with a root of the system directories, one more kind per row, then with the backend's other kinds of mounts; the last rows are the backends of the table above. Steps are differences of medians.\n"
         );
         let _ = writeln!(w, "| what runs | p50 / p99 (ms) | step from the row above (p50) |");
         let _ = writeln!(w, "|---|---:|---:|");
