@@ -139,6 +139,21 @@ pub struct StoreConfig {
     pub lease_ttl: Duration,
 }
 
+#[cfg(test)]
+impl StoreConfig {
+    /// The in-memory store with prefix `sb:`, short limits: what unit tests
+    /// open.
+    pub(crate) fn for_unit_tests() -> Self {
+        Self {
+            redis_url: None,
+            key_prefix: "sb:".into(),
+            session_ttl: Duration::from_secs(60),
+            event_log_max_len: 10,
+            lease_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub max_iterations: u32,

@@ -57,13 +57,7 @@ fn limits(gated: bool) -> (Arc<RateLimits>, Arc<Counted>) {
     let text = "[[tenants]]\nid = \"t\"\njwt = { hs256_secret = \"0123456789abcdef0123\" }\n\
                 rate_limit = { requests_per_second = 10, burst = 1 }\n[models.m]\nprovider = \"demo\"\n";
     let config = Arc::new(Config::from_toml(text, &|_| None).expect("a valid configuration"));
-    let store_config = StoreConfig {
-        redis_url: None,
-        key_prefix: "sb:".into(),
-        session_ttl: Duration::from_secs(60),
-        event_log_max_len: 10,
-        lease_ttl: Duration::from_secs(10),
-    };
+    let store_config = StoreConfig::for_unit_tests();
     let (notices, _) = tokio::sync::mpsc::channel(1);
     let quotas = Arc::new(Counted {
         inner: MemoryStore::new(&store_config, notices),

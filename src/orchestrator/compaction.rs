@@ -25,15 +25,7 @@ pub(super) async fn summarize(
 ) -> Result<String, StepError> {
     let mut request_messages = messages.to_vec();
     request_messages.push(ChatMessage::text(Role::User, INSTRUCTION));
-    let request = ModelRequest {
-        model: model.model.clone(),
-        messages: request_messages,
-        tools: Vec::new(),
-        max_output_tokens: model.max_output_tokens,
-        response_format: None,
-        prefill: None,
-        reasoning: None,
-    };
+    let request = ModelRequest::plain(model, request_messages);
     Ok(model_call::call(call, request, Output::Quiet, cancelled).await?.text)
 }
 

@@ -51,15 +51,7 @@ pub async fn stream(
         let message = format!("the model {model_id:?} is not configured");
         return Err(OneShotError::Failed(Failure { code: FailureCode::UnknownModel, message, retry_after_secs: None }));
     };
-    let request = ModelRequest {
-        model: model.model.clone(),
-        messages,
-        tools: Vec::new(),
-        max_output_tokens: model.max_output_tokens,
-        response_format: None,
-        prefill: None,
-        reasoning: None,
-    };
+    let request = ModelRequest::plain(&model, messages);
     // Not a turn: nothing reports this upstream time.
     let upstream = UpstreamTime::default();
     let call = ModelCall {

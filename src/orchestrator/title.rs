@@ -74,13 +74,8 @@ async fn ask(orchestrator: &Orchestrator, handle: &RunHandle) -> Option<String> 
         return None;
     };
     let request = ModelRequest {
-        model: model.model.clone(),
-        messages: title::request(session.history().unwrap_or_default()),
-        tools: Vec::new(),
         max_output_tokens: MAX_OUTPUT_TOKENS.min(model.max_output_tokens),
-        response_format: None,
-        prefill: None,
-        reasoning: None,
+        ..ModelRequest::plain(&model, title::request(session.history().unwrap_or_default()))
     };
     // Not the turn's: the turn was answered already.
     let upstream = UpstreamTime::default();

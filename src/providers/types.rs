@@ -32,6 +32,23 @@ pub struct ModelRequest {
     pub reasoning: Option<String>,
 }
 
+impl ModelRequest {
+    /// A request of `messages` alone to `model` (no tools, no structured
+    /// output, no prefill): what titles, compaction, one-shot calls and the
+    /// rlm REPL send.
+    pub fn plain(model: &crate::config::ModelConfig, messages: Vec<ChatMessage>) -> Self {
+        Self {
+            model: model.model.clone(),
+            messages,
+            tools: Vec::new(),
+            max_output_tokens: model.max_output_tokens,
+            response_format: None,
+            prefill: None,
+            reasoning: None,
+        }
+    }
+}
+
 /// One step of a streamed model response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelEvent {

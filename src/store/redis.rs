@@ -287,13 +287,7 @@ mod tests {
     #[tokio::test]
     async fn a_tenants_lists_share_the_tenants_hash_tag() {
         let (tx, _rx) = mpsc::channel(1);
-        let config = StoreConfig {
-            redis_url: None,
-            key_prefix: "sb:".into(),
-            session_ttl: Duration::from_secs(60),
-            event_log_max_len: 10,
-            lease_ttl: Duration::from_secs(10),
-        };
+        let config = StoreConfig::for_unit_tests();
         let store = RedisStore::open("redis://127.0.0.1:1", &config, tx).unwrap();
         let subject = crate::store::ListScope::Subject { tenant: "acme".into(), subject: "alice".into() };
         assert_eq!(store.list_key(&subject), "sb:{t:acme}:subj:alice:sessions");

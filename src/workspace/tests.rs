@@ -1,7 +1,7 @@
 //! [`Workspaces`]' tenure of a directory: one per session and tenure,
 //! however many of a turn's tools open it at once.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;
 
@@ -12,13 +12,7 @@ use crate::{
 };
 
 fn workspaces(root: &std::path::Path, tasks: TaskTracker) -> Arc<Workspaces> {
-    let config = StoreConfig {
-        redis_url: None,
-        key_prefix: "sb:".into(),
-        session_ttl: Duration::from_secs(60),
-        event_log_max_len: 10,
-        lease_ttl: Duration::from_secs(10),
-    };
+    let config = StoreConfig::for_unit_tests();
     let (notices, _) = tokio::sync::mpsc::channel(1);
     let sandbox_config = SandboxConfig { backend: SandboxBackend::Unsandboxed, ..SandboxConfig::default() };
     let sandbox = crate::sandbox::open(&sandbox_config);

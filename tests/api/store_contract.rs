@@ -33,6 +33,8 @@ enum Backend {
 struct Harness {
     store: Store,
     notices: mpsc::Receiver<Notice>,
+    /// The store's key prefix (the test's own).
+    prefix: String,
 }
 
 impl Backend {
@@ -50,16 +52,17 @@ impl Backend {
 }
 
 fn open_store(redis_url: Option<String>, event_log_max_len: u64) -> Harness {
+    let prefix = unique_prefix();
     let config = StoreConfig {
         redis_url,
-        key_prefix: unique_prefix(),
+        key_prefix: prefix.clone(),
         session_ttl: Duration::from_secs(60),
         event_log_max_len,
         lease_ttl: Duration::from_secs(10),
     };
     let (tx, notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
     let store = Store::open(&config, tx, Default::default()).expect("the store opens");
-    Harness { store, notices }
+    Harness { store, notices, prefix }
 }
 
 macro_rules! contract {

@@ -51,17 +51,7 @@ impl Session {
         let history_len = rlm.messages.len();
         rlm.messages.push(ChatMessage::text(Role::Assistant, output.text.clone()));
         let iteration = self.turn_state.iterations;
-        let mut events = Vec::new();
-        if !output.text.is_empty() || !output.reasoning.is_empty() {
-            events.push(EventKind::MessageCompleted {
-                content: (!output.text.is_empty()).then(|| output.text.clone()),
-                reasoning: (!output.reasoning.is_empty()).then(|| output.reasoning.clone()),
-            });
-        }
-        self.turn_state.iterations += 1;
-        self.turn_state.usage.add(&output.usage);
-        self.usage.add(&output.usage);
-        events.push(EventKind::Usage { usage: output.usage, total: self.turn_state.usage });
+        let mut events = self.count_step(&output);
         let rlm = self.turn_state.rlm.get_or_insert_with(RlmState::default);
         match reply {
             Reply::Cell { id, code } => {

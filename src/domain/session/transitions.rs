@@ -226,17 +226,7 @@ impl Session {
         {
             return invalid("this session refuses approvals: a call cannot wait for one");
         }
-        let mut events = Vec::new();
-        if !output.text.is_empty() || !output.reasoning.is_empty() {
-            events.push(EventKind::MessageCompleted {
-                content: (!output.text.is_empty()).then(|| output.text.clone()),
-                reasoning: (!output.reasoning.is_empty()).then(|| output.reasoning.clone()),
-            });
-        }
-        self.turn_state.iterations += 1;
-        self.turn_state.usage.add(&output.usage);
-        self.usage.add(&output.usage);
-        events.push(EventKind::Usage { usage: output.usage, total: self.turn_state.usage });
+        let mut events = self.count_step(&output);
         self.conversation.push(ChatMessage {
             tool_calls: output.calls.clone(),
             content: (!output.text.is_empty()).then_some(output.text),
@@ -436,6 +426,24 @@ impl Session {
     pub(super) fn become_(&mut self, status: Status) {
         self.status = status;
         self.updated_ms = now_ms();
+    }
+
+    /// A model step's reply is in: one more iteration, its usage counted
+    /// (turn and session), and its events: the completed message (when it
+    /// said anything) and the usage.
+    pub(super) fn count_step(&mut self, output: &StepOutput) -> Vec<EventKind> {
+        let mut events = Vec::new();
+        if !output.text.is_empty() || !output.reasoning.is_empty() {
+            events.push(EventKind::MessageCompleted {
+                content: (!output.text.is_empty()).then(|| output.text.clone()),
+                reasoning: (!output.reasoning.is_empty()).then(|| output.reasoning.clone()),
+            });
+        }
+        self.turn_state.iterations += 1;
+        self.turn_state.usage.add(&output.usage);
+        self.usage.add(&output.usage);
+        events.push(EventKind::Usage { usage: output.usage, total: self.turn_state.usage });
+        events
     }
 
     fn require_running(&self, what: &str) -> Result<(), Refused> {

@@ -57,15 +57,7 @@ impl Host {
     }
 
     pub fn request(&self, messages: Vec<ChatMessage>) -> ModelRequest {
-        ModelRequest {
-            model: self.model.model.clone(),
-            messages,
-            tools: Vec::new(),
-            max_output_tokens: self.model.max_output_tokens,
-            response_format: None,
-            prefill: None,
-            reasoning: None,
-        }
+        ModelRequest::plain(&self.model, messages)
     }
 
     /// The system prompt of this run, whose REPL `context` is `context`.

@@ -184,16 +184,7 @@ async fn ttls(prefix: &str, key: &SessionKey) -> Vec<i64> {
 
 #[tokio::test]
 async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
-    let prefix = unique_prefix();
-    let config = StoreConfig {
-        redis_url: Some(redis_url()),
-        key_prefix: prefix.clone(),
-        session_ttl: Duration::from_secs(60),
-        event_log_max_len: 100,
-        lease_ttl: Duration::from_secs(10),
-    };
-    let (tx, _notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
-    let store = Store::open(&config, tx, Default::default()).unwrap();
+    let Harness { store, prefix, notices: _notices } = open_store(Some(redis_url()), 100);
     let k = key("acme", "s1");
     let mut tenure = create_owned(&store, &k, "a#1").await;
     let fresh = |ttl: i64| ttl > 50_000 && ttl <= 60_000;
