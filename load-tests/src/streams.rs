@@ -88,6 +88,33 @@ impl Timing {
     }
 }
 
+/// The transport options of a benchmark's command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TransportArgs {
+    /// Send the chats over HTTP/2 with prior knowledge (h2c).
+    #[arg(long)]
+    pub h2c: bool,
+    /// With `--h2c`: chats multiplexed on one connection.
+    #[arg(long, default_value_t = 100)]
+    pub chats_per_connection: usize,
+    /// The gateway calls the mock over h2c (`[models.bench] http2 = true`):
+    /// one connection for all its calls.
+    #[arg(long)]
+    pub upstream_h2c: bool,
+}
+
+impl TransportArgs {
+    /// How the chats reach a server.
+    pub fn clients(&self) -> Transport {
+        Transport::new(self.h2c, self.chats_per_connection)
+    }
+
+    /// How the gateway reaches the mock, for the report.
+    pub fn upstream(&self) -> &'static str {
+        if self.upstream_h2c { "h2c (one connection)" } else { "HTTP/1.1 (a connection per call in flight)" }
+    }
+}
+
 /// How chats reach a server (`--h2c`, `--chats-per-connection`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {

@@ -46,7 +46,7 @@ use switchboard_load::{
     procs::{Gateway, GatewayOptions, Mock, token},
     redis_admin::{Admin, run_prefix},
     stats::int,
-    streams::{Clients, Transport},
+    streams::{Clients, TransportArgs},
 };
 use tokio::sync::Notify;
 
@@ -72,15 +72,9 @@ struct Args {
     /// as a takeover.
     #[arg(long, default_value_t = 10)]
     lease_ttl_secs: u64,
-    /// Open the chats over HTTP/2 with prior knowledge (h2c).
-    #[arg(long)]
-    h2c: bool,
-    /// With `--h2c`: chats multiplexed on one connection.
-    #[arg(long, default_value_t = 100)]
-    chats_per_connection: usize,
-    /// The gateway calls the mock over h2c (`[models.bench] http2 = true`).
-    #[arg(long)]
-    upstream_h2c: bool,
+    /// `--h2c`, `--chats-per-connection`, `--upstream-h2c`.
+    #[command(flatten)]
+    transport: TransportArgs,
 }
 
 /// What an open chat waits on.
@@ -148,11 +142,11 @@ async fn phase(args: &Args, admin: &mut Admin, kind: Kind, chats: usize) -> Resu
     let options = GatewayOptions {
         tool_permission: "ask",
         lease_ttl_secs: args.lease_ttl_secs,
-        upstream_h2c: args.upstream_h2c,
+        upstream_h2c: args.transport.upstream_h2c,
         ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr)
     };
     let gateway = Gateway::start(&options).await?;
-    let clients = Clients::new(Transport::new(args.h2c, args.chats_per_connection), chats);
+    let clients = Clients::new(args.transport.clients(), chats);
     let token = token()?;
     // Chat `i`'s client: its session, its turn and its decision share a
     // connection (with h2c, that of its group of chats).
@@ -273,11 +267,11 @@ fn report(context: &Context, args: &Args, rows: &[Row]) -> String {
         "- lease TTL {} s; idle Redis commands counted over {} s of holding",
         args.lease_ttl_secs, args.idle_secs
     );
-    let upstream = if args.upstream_h2c { "h2c (one connection)" } else { "HTTP/1.1 (a connection per call)" };
+    let upstream = args.transport.upstream();
     let _ = writeln!(
         w,
         "- chats opened over {}; the gateway calls the mock over {upstream}\n",
-        Transport::new(args.h2c, args.chats_per_connection).name()
+        args.transport.clients().name()
     );
     let _ = writeln!(
         w,

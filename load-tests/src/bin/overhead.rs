@@ -41,7 +41,7 @@ use switchboard_load::{
     procs::{Gateway, GatewayOptions, Mock, cpu_of, token},
     redis_admin::{Admin, Counters, run_prefix},
     stats::{Summary, int, ms, rate},
-    streams::{Clients, Dialect, Target, Transport},
+    streams::{Clients, Dialect, Target, TransportArgs},
 };
 
 /// Gateway overhead against a same-run baseline straight to the mock model.
@@ -74,28 +74,10 @@ struct Args {
     /// (after the ramp and a few seconds of settling).
     #[arg(long, value_name = "SECONDS")]
     sustain: Option<u64>,
-    /// Send the chats over HTTP/2 with prior knowledge (h2c), to the mock
-    /// and the gateway alike.
-    #[arg(long)]
-    h2c: bool,
-    /// With `--h2c`: chats multiplexed on one connection.
-    #[arg(long, default_value_t = 100)]
-    chats_per_connection: usize,
-    /// The gateway calls the mock over h2c (`[models.bench] http2 = true`):
-    /// one connection for all its calls.
-    #[arg(long)]
-    upstream_h2c: bool,
-}
-
-impl Args {
-    fn transport(&self) -> Transport {
-        Transport::new(self.h2c, self.chats_per_connection)
-    }
-
-    /// How the gateway reaches the mock, for the report.
-    fn upstream(&self) -> &'static str {
-        if self.upstream_h2c { "h2c (one connection)" } else { "HTTP/1.1 (a connection per call in flight)" }
-    }
+    /// `--h2c` (to the mock and the gateway alike), `--chats-per-connection`,
+    /// `--upstream-h2c`.
+    #[command(flatten)]
+    transport: TransportArgs,
 }
 
 /// One measured phase.
@@ -129,10 +111,12 @@ async fn run(args: Args) -> Result<String> {
     let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
     let prefix = run_prefix();
-    let options =
-        GatewayOptions { upstream_h2c: args.upstream_h2c, ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr) };
+    let options = GatewayOptions {
+        upstream_h2c: args.transport.upstream_h2c,
+        ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr)
+    };
     let gateway = Gateway::start(&options).await?;
-    let clients = Clients::new(args.transport(), args.streams.iter().copied().max().unwrap_or(0));
+    let clients = Clients::new(args.transport.clients(), args.streams.iter().copied().max().unwrap_or(0));
     let token = token()?;
     let target = |dialect| {
         let base = if dialect == Dialect::Direct { format!("http://{}", mock.addr) } else { gateway.base() };
@@ -205,8 +189,8 @@ fn report(
     let _ = writeln!(
         w,
         "- chats sent over {}; the gateway calls the mock over {}",
-        args.transport().name(),
-        args.upstream()
+        args.transport.clients().name(),
+        args.transport.upstream()
     );
     let _ = writeln!(w, "- gateway binary: `{}`", switchboard_load::procs::gateway_binary().display());
     let _ = writeln!(w, "- gateway peak resident memory over the run: {} KiB", int(peak_rss as f64));

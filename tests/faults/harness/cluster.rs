@@ -139,19 +139,24 @@ impl Cluster {
     /// `POST /v1/sessions/{id}/messages` on replica `on`: the turn's stream,
     /// once its head arrived (200 asserted).
     pub async fn start_turn(&self, on: usize, session_id: &str, content: &str) -> reqwest::Response {
-        // No overall timeout: the body is the turn's stream.
+        let path = format!("/v1/sessions/{session_id}/messages");
+        self.post_stream(on, &path, &json!({"content": content}), "a turn").await
+    }
+
+    /// POSTs `body` to `path` on replica `on` and returns the response, a
+    /// stream, once its head arrived (200 asserted; the logs dumped if not).
+    async fn post_stream(&self, on: usize, path: &str, body: &Value, what: &str) -> reqwest::Response {
+        // No overall timeout: the body is the stream.
         let client = reqwest::Client::new();
-        let request = client
-            .post(self.replicas[on].url(&format!("/v1/sessions/{session_id}/messages")))
-            .bearer_auth(&self.token)
-            .json(&json!({"content": content}))
-            .send();
-        let response =
-            tokio::time::timeout(Duration::from_secs(10), request).await.expect("a turn's head in time").expect("send");
+        let request = client.post(self.replicas[on].url(path)).bearer_auth(&self.token).json(body).send();
+        let response = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .unwrap_or_else(|_| panic!("{what}'s head in time"))
+            .expect("send");
         if response.status() != StatusCode::OK {
             let status = response.status();
             let body = response.text().await.unwrap_or_default();
-            panic!("starting a turn on {}: {status} {body}\n{}", self.replicas[on].name, self.dump_logs());
+            panic!("starting {what} on {}: {status} {body}\n{}", self.replicas[on].name, self.dump_logs());
         }
         response
     }
@@ -176,17 +181,7 @@ impl Cluster {
     /// `POST /chat` (llm-gateway) with `body` on replica `on`: the chat's
     /// stream, once its head arrived (200 asserted).
     pub async fn start_chat(&self, on: usize, body: &Value) -> reqwest::Response {
-        // No overall timeout: the body is the turn's stream.
-        let client = reqwest::Client::new();
-        let request = client.post(self.replicas[on].url("/chat")).bearer_auth(&self.token).json(body).send();
-        let response =
-            tokio::time::timeout(Duration::from_secs(10), request).await.expect("a chat's head in time").expect("send");
-        if response.status() != StatusCode::OK {
-            let status = response.status();
-            let body = response.text().await.unwrap_or_default();
-            panic!("starting a chat on {}: {status} {body}\n{}", self.replicas[on].name, self.dump_logs());
-        }
-        response
+        self.post_stream(on, "/chat", body, "a chat").await
     }
 
     /// Starts a chat on replica `on` and follows it in llm-gateway's

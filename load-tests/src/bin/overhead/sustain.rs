@@ -125,8 +125,8 @@ pub fn report(context: &Context, args: &Args, order: &Order, rows: &[Row]) -> St
     let _ = writeln!(
         w,
         "- chats sent over {}; the gateway calls the mock over {}",
-        args.transport().name(),
-        args.upstream()
+        args.transport.clients().name(),
+        args.transport.upstream()
     );
     let _ = writeln!(w, "- gateway binary: `{}`\n", switchboard_load::procs::gateway_binary().display());
     let _ = writeln!(
