@@ -131,7 +131,11 @@ pub async fn run(cli: Cli) -> ExitCode {
                     config.tenants.len(),
                     config.models.len(),
                     config.tools.len(),
-                    if config.store.redis_url.is_some() { "redis" } else { "in-memory" },
+                    match &config.store.redis {
+                        Some(crate::config::RedisTarget::Node(_)) => "redis",
+                        Some(crate::config::RedisTarget::Cluster(_)) => "redis cluster",
+                        None => "in-memory",
+                    },
                 );
                 check_sandbox(&config).await;
                 ExitCode::SUCCESS

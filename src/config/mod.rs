@@ -126,10 +126,25 @@ impl Default for InputLimits {
     }
 }
 
+/// Where the Redis store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One Redis (`store.redis_url`).
+    Node(String),
+    /// A Redis Cluster, by some of its nodes (`store.redis_cluster`): the
+    /// client learns the rest of the topology from them.
+    Cluster(Vec<String>),
+}
+
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// `None` selects the in-memory store (one replica only).
-    pub redis_url: Option<String>,
+    pub redis: Option<RedisTarget>,
+    /// Replicas each commit round waits for (`WAIT`) before it is
+    /// acknowledged; 0 = Redis's asynchronous replication alone.
+    pub wait_replicas: u32,
+    /// How long that wait may take before the commit counts as failed.
+    pub wait_replicas_timeout: Duration,
     pub key_prefix: String,
     /// Idle sessions, their logs and relay ids expire after this long.
     pub session_ttl: Duration,
@@ -145,7 +160,9 @@ impl StoreConfig {
     /// open.
     pub(crate) fn for_unit_tests() -> Self {
         Self {
-            redis_url: None,
+            redis: None,
+            wait_replicas: 0,
+            wait_replicas_timeout: Duration::from_millis(500),
             key_prefix: "sb:".into(),
             session_ttl: Duration::from_secs(60),
             event_log_max_len: 10,

@@ -69,6 +69,10 @@ pub struct RawServer {
 #[derive(Debug, Default, Deserialize)]
 pub struct RawStore {
     pub redis_url: Option<String>,
+    /// Seed nodes of a Redis Cluster (exclusive with `redis_url`).
+    pub redis_cluster: Option<Vec<String>>,
+    pub wait_replicas: Option<u32>,
+    pub wait_replicas_timeout_ms: Option<u64>,
     pub key_prefix: Option<String>,
     pub session_ttl_secs: Option<u64>,
     pub event_log_max_len: Option<u64>,

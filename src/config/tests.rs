@@ -42,7 +42,7 @@ fn a_good_file_validates_with_secrets_from_the_environment() {
     let env = env_of(&[("ACME_SECRET", "0123456789abcdef0123"), ("OPENAI_API_KEY", "sk-test")]);
     let config = Config::from_toml(GOOD, &env).expect("valid");
     assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
-    assert_eq!(config.store.redis_url.as_deref(), Some("redis://127.0.0.1:6379"));
+    assert_eq!(config.store.redis, Some(RedisTarget::Node("redis://127.0.0.1:6379".into())));
     let acme = &config.tenants["acme"];
     assert_eq!(acme.jwt.hs256_secret().unwrap().expose(), "0123456789abcdef0123");
     assert_eq!(acme.visible_models(&config.models), vec!["fast"]);
@@ -62,8 +62,60 @@ fn environment_overrides_win_over_the_file() {
     ]);
     let config = Config::from_toml(GOOD, &env).expect("valid");
     assert_eq!(config.server.listen.port(), 0);
-    assert_eq!(config.store.redis_url.as_deref(), Some("redis://10.0.0.1:6380"));
+    assert_eq!(config.store.redis, Some(RedisTarget::Node("redis://10.0.0.1:6380".into())));
     assert_eq!(config.server.replica_id, "replica-b");
+}
+
+/// A tenant and a model: what a file needs besides its store.
+const REST: &str = r#"
+[[tenants]]
+id = "acme"
+jwt = { hs256_secret = "0123456789abcdef0123456789abcdef" }
+models = ["local"]
+
+[models.local]
+provider = "demo"
+"#;
+
+#[test]
+fn a_redis_cluster_is_named_by_seed_urls_in_the_file_or_the_environment() {
+    let text = r#"
+[store]
+redis_cluster = ["redis://10.0.0.1:6379", "rediss://:pw@10.0.0.2:6379"]
+wait_replicas = 1
+"#;
+    let text = format!("{text}{REST}");
+    let config = Config::from_toml(&text, &env_of(&[])).expect("valid");
+    let seeds = vec!["redis://10.0.0.1:6379".to_string(), "rediss://:pw@10.0.0.2:6379".to_string()];
+    assert_eq!(config.store.redis, Some(RedisTarget::Cluster(seeds)));
+    assert_eq!(config.store.wait_replicas, 1);
+    assert_eq!(config.store.wait_replicas_timeout, std::time::Duration::from_millis(500));
+
+    // The environment's store replaces the file's, whichever kind either is.
+    let env = env_of(&[("SWITCHBOARD_REDIS_CLUSTER", "redis://a:7000, redis://b:7001,")]);
+    let config = Config::from_toml(&format!("[store]\nredis_url = \"redis://x:6379\"\n{REST}"), &env).expect("valid");
+    let seeds = vec!["redis://a:7000".to_string(), "redis://b:7001".to_string()];
+    assert_eq!(config.store.redis, Some(RedisTarget::Cluster(seeds)));
+    let env = env_of(&[("SWITCHBOARD_REDIS_URL", "redis://x:6379")]);
+    let config = Config::from_toml(&text, &env).expect("valid");
+    assert_eq!(config.store.redis, Some(RedisTarget::Node("redis://x:6379".into())));
+}
+
+#[test]
+fn a_store_is_one_redis_or_one_cluster_of_redis_urls() {
+    let path_of = |text: &str, env: &[(&str, &str)]| {
+        let errors = Config::from_toml(&format!("{text}{REST}"), &env_of(env)).unwrap_err();
+        errors.0.iter().map(|e| e.path.clone()).collect::<Vec<_>>()
+    };
+    let both = "[store]\nredis_url = \"redis://x\"\nredis_cluster = [\"redis://y\"]\n";
+    assert_eq!(path_of(both, &[]), vec!["store.redis_cluster"]);
+    let env = [("SWITCHBOARD_REDIS_URL", "redis://x"), ("SWITCHBOARD_REDIS_CLUSTER", "redis://y")];
+    assert_eq!(path_of("", &env), vec!["store.redis_cluster"]);
+    assert_eq!(path_of("[store]\nredis_cluster = []\n", &[]), vec!["store.redis_cluster"]);
+    let bad = "[store]\nredis_cluster = [\"redis://y\", \"http://z\"]\n";
+    assert_eq!(path_of(bad, &[]), vec!["store.redis_cluster[1]"]);
+    let zero = "[store]\nredis_url = \"redis://x\"\nwait_replicas_timeout_ms = 0\n";
+    assert_eq!(path_of(zero, &[]), vec!["store.wait_replicas_timeout_ms"]);
 }
 
 #[test]
@@ -125,7 +177,7 @@ fn embedded_defaults_need_no_file_no_network_and_no_keys() {
     let config = Config::embedded_defaults(&env_of(&[])).expect("defaults are valid");
     assert!(config.uses_builtin_dev_secret);
     assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
-    assert!(config.store.redis_url.is_none(), "in-memory store by default");
+    assert!(config.store.redis.is_none(), "in-memory store by default");
     assert_eq!(config.tenants["dev"].jwt.hs256_secret().unwrap().expose(), BUILTIN_DEV_SECRET);
     assert_eq!(config.models["demo"].provider, ProviderKind::Demo);
     assert_eq!(config.tool("lookup_order").unwrap().target, ToolTarget::BuiltinDemo);

@@ -1,6 +1,7 @@
 //! Where sessions live: the small traits every backend implements, and the
 //! choice of backend from the configuration (Redis when `store.redis_url` is
-//! set, the in-memory store otherwise).
+//! set, a Redis Cluster when `store.redis_cluster` is, the in-memory store
+//! otherwise).
 //!
 //! This module owns persistence only. The store keeps opaque documents,
 //! messages and event payloads (JSON text); what a session *means* (its
@@ -20,6 +21,7 @@ mod catalog;
 mod memory;
 mod redis;
 mod redis_notify;
+mod redis_notify_cluster;
 mod timed;
 mod workspace;
 
@@ -483,9 +485,9 @@ impl Store {
         notices: mpsc::Sender<Notice>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, StoreError> {
-        match &config.redis_url {
-            Some(url) => {
-                let backend = Arc::new(RedisStore::open(url, config, notices)?);
+        match &config.redis {
+            Some(target) => {
+                let backend = Arc::new(RedisStore::open(target, config, notices)?);
                 Ok(Self::from_backend(Arc::new(Timed::new(backend, metrics, "redis")), "redis"))
             }
             None => {

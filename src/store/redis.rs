@@ -20,9 +20,10 @@
 //!   — zsets of list positions, the catalog's lists (`redis/catalog.rs`)
 //! - `{prefix}rl:<tenant>` — GCRA arrival time; `{prefix}slots:<tenant>` — zset of
 //!   running sessions → deadline; `{prefix}tpm:<tenant>:<minute>` — tokens used
-//! - channel `{prefix}n:<tenant>/<id>` — `e:<last_seq>:<instance>` after
-//!   commits with events while another instance follows, `w` wakes;
-//!   channel `{prefix}orphans` — `o`
+//! - channel `{prefix}{t:<tenant>:s:<id>}:n` — `e:<last_seq>:<instance>`
+//!   after commits with events while another instance follows, `w` wakes
+//!   (on a cluster a shard channel: `SPUBLISH` from the scripts on the
+//!   session's node, `SSUBSCRIBE` there); channel `{prefix}orphans` — `o`
 //!
 //! Every conditional write is one Lua script (`lua/*.lua`), because a
 //! check-then-write from the client would race with other replicas; a script
@@ -33,31 +34,40 @@
 //! finds against its state hash. Tenant ids cannot contain `:` or `/`
 //! (config validation), so no two (tenant, id) pairs share a key.
 //!
-//! Commands go through one `ConnectionManager`: a multiplexed connection
-//! shared by every caller, pipelining concurrent commands with no check-out
-//! round trip, reconnected in the background. Its response and connect
-//! timeouts are [`COMMAND_TIMEOUT`], so a frozen Redis turns into errors
-//! (and 503s) quickly instead of hung requests. Anything that blocks
-//! (pub/sub) uses a connection made for it.
+//! Commands go through one connection ([`conn`]): on one Redis a
+//! `ConnectionManager` (a multiplexed connection shared by every caller,
+//! pipelining concurrent commands with no check-out round trip, reconnected
+//! in the background); on a Redis Cluster (`store.redis_cluster`) the redis
+//! crate's cluster connection, which routes every command to its slot's
+//! node. Their response and connect timeouts are [`COMMAND_TIMEOUT`], so a
+//! frozen Redis turns into errors (and 503s) quickly instead of hung
+//! requests. Anything that blocks (pub/sub) uses a connection made for it.
+//! Batches that span slots (a group commit of several sessions with their
+//! index hints, a delete's clean-up, a list's documents) go through
+//! [`conn::Spread`]: one pipeline on one Redis, one unit per slot on a
+//! cluster.
 
 mod catalog;
+mod conn;
 mod log;
 mod quotas;
 mod replicas;
 mod sessions;
 mod workspace;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use redis::{
     ErrorKind, RedisError, Script,
     aio::{ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClientBuilder,
 };
 use tokio::sync::mpsc;
 
+use self::conn::{Conn, LazyCluster};
 use super::{Health, Notice, Notifications, RelayIndex, SessionKey, StoreError, redis_notify::Subscriber};
-use crate::config::StoreConfig;
+use crate::config::{RedisTarget, StoreConfig};
 
 /// How long a command may take, and a connection attempt. Short: commands
 /// are small, and a request that cannot reach Redis should get its 503
@@ -146,8 +156,10 @@ impl Keys {
     fn tokens(&self, tenant: &str, minute: u64) -> String {
         format!("{}tpm:{tenant}:{minute}", self.prefix)
     }
+    /// Tagged like the session's keys: on a cluster, a shard channel of
+    /// the session's slot, published from the commit script on its node.
     fn channel(&self, key: &SessionKey) -> String {
-        format!("{}n:{}", self.prefix, key.to_member())
+        self.session(key, "n")
     }
     fn orphans_channel(&self) -> String {
         format!("{}orphans", self.prefix)
@@ -155,42 +167,70 @@ impl Keys {
 }
 
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: Conn,
     keys: Keys,
     session_ttl_ms: u64,
     max_len: u64,
+    /// How commit scripts announce: `PUBLISH` on one Redis, `SPUBLISH` (a
+    /// shard channel, heard on the session's node only) on a cluster.
+    publish: &'static str,
+    /// `store.wait_replicas` and its timeout in ms (0 replicas: no WAIT).
+    wait_replicas: (u32, u64),
     scripts: Scripts,
     subscriber: Subscriber,
 }
 
 impl RedisStore {
-    /// Builds the connection manager and spawns the subscription task;
-    /// connects to nothing yet (both connect in the background or on first
-    /// use), so the app starts while Redis is down. Must be called inside a
-    /// tokio runtime.
-    pub fn open(url: &str, config: &StoreConfig, notices: mpsc::Sender<Notice>) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(map_err)?;
-        let manager = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            // Reconnection is retried by the next command anyway; a short
-            // series keeps a command from waiting out a long backoff.
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_lazy_with_config(client.clone(), manager).map_err(map_err)?;
+    /// Builds the connection and spawns the subscription task; connects to
+    /// nothing yet (both connect in the background or on first use), so
+    /// the app starts while Redis is down. Must be called inside a tokio
+    /// runtime.
+    pub fn open(target: &RedisTarget, config: &StoreConfig, notices: mpsc::Sender<Notice>) -> Result<Self, StoreError> {
         let keys = Keys { prefix: config.key_prefix.clone() };
         let orphans = keys.orphans_channel();
+        let (connection, subscriber, publish) = match target {
+            RedisTarget::Node(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(map_err)?;
+                let manager = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(COMMAND_TIMEOUT))
+                    .set_connection_timeout(Some(COMMAND_TIMEOUT))
+                    // Reconnection is retried by the next command anyway; a
+                    // short series keeps a command from waiting out a long
+                    // backoff.
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = ConnectionManager::new_lazy_with_config(client.clone(), manager).map_err(map_err)?;
+                (Conn::Node(manager), Subscriber::spawn(client, notices, orphans), "PUBLISH")
+            }
+            RedisTarget::Cluster(seeds) => {
+                let builder = || {
+                    ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                        .connection_timeout(COMMAND_TIMEOUT)
+                        .response_timeout(COMMAND_TIMEOUT)
+                        // Room for a redirection or a topology refresh
+                        // after a failover, within a bounded wait.
+                        .overall_response_timeout(Some(2 * COMMAND_TIMEOUT))
+                        .min_retry_wait(50)
+                        .max_retry_wait(500)
+                };
+                let client = builder().build().map_err(map_err)?;
+                let subscriber = Subscriber::spawn_cluster(builder(), notices, orphans)?;
+                (Conn::Cluster(Arc::new(LazyCluster::new(client))), subscriber, "SPUBLISH")
+            }
+        };
         Ok(Self {
             connection,
             keys,
             session_ttl_ms: millis(config.session_ttl),
             max_len: config.event_log_max_len,
+            publish,
+            wait_replicas: (config.wait_replicas, millis(config.wait_replicas_timeout)),
             scripts: Scripts::new(),
-            subscriber: Subscriber::spawn(client, notices, orphans),
+            subscriber,
         })
     }
 
-    fn connection(&self) -> ConnectionManager {
+    fn connection(&self) -> Conn {
         self.connection.clone()
     }
 }
@@ -281,14 +321,14 @@ mod tests {
         assert_eq!(keys.replicas(), "sb:replicas");
         assert_eq!(keys.owned("a#1"), "sb:owned:a#1");
         assert_eq!(keys.relay("r1"), "sb:relay:r1");
-        assert_eq!(keys.channel(&key), "sb:n:acme/s1");
+        assert_eq!(keys.channel(&key), "sb:{t:acme:s:s1}:n");
     }
 
     #[tokio::test]
     async fn a_tenants_lists_share_the_tenants_hash_tag() {
         let (tx, _rx) = mpsc::channel(1);
         let config = StoreConfig::for_unit_tests();
-        let store = RedisStore::open("redis://127.0.0.1:1", &config, tx).unwrap();
+        let store = RedisStore::open(&RedisTarget::Node("redis://127.0.0.1:1".into()), &config, tx).unwrap();
         let subject = crate::store::ListScope::Subject { tenant: "acme".into(), subject: "alice".into() };
         assert_eq!(store.list_key(&subject), "sb:{t:acme}:subj:alice:sessions");
         assert_eq!(store.list_key(&crate::store::ListScope::Tenant("acme".into())), "sb:{t:acme}:sessions");

@@ -52,7 +52,7 @@ pub(super) struct Subscriber {
     _task: AbortOnDropHandle<()>,
 }
 
-enum Command {
+pub(super) enum Command {
     Watch { channel: String, key: SessionKey, done: oneshot::Sender<()> },
     Unwatch { channel: String, done: oneshot::Sender<()> },
 }
@@ -65,6 +65,24 @@ impl Subscriber {
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
         let task = Task { client, notices, commands: receiver, watched: HashMap::new(), orphans };
         Self { commands, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) }
+    }
+
+    /// The same on a Redis Cluster ([`redis_notify_cluster`](super::redis_notify_cluster)):
+    /// `builder` is the cluster client's, given RESP3 and the push sender here.
+    pub(super) fn spawn_cluster(
+        builder: redis::cluster::ClusterClientBuilder,
+        notices: mpsc::Sender<Notice>,
+        orphans: String,
+    ) -> Result<Self, StoreError> {
+        let (pushes_tx, pushes) = mpsc::unbounded_channel();
+        let client = builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes_tx)
+            .build()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
+        let task = super::redis_notify_cluster::Task { client, pushes, notices, commands: receiver, orphans };
+        Ok(Self { commands, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) })
     }
 
     /// Counts one more watcher of `channel` (whose messages are about `key`).
@@ -84,9 +102,9 @@ impl Subscriber {
     }
 }
 
-struct Watched {
-    key: SessionKey,
-    count: usize,
+pub(super) struct Watched {
+    pub(super) key: SessionKey,
+    pub(super) count: usize,
 }
 
 struct Task {
@@ -290,7 +308,7 @@ async fn unsubscribe(sink: &mut PubSubSink, channel: &str) -> Result<(), String>
 
 /// `e:<last_seq>:<replica>` (or `e:<last_seq>`) → [`Notice::Appended`];
 /// `w` → [`Notice::Wake`].
-fn parse_notice(key: &SessionKey, payload: &[u8]) -> Option<Notice> {
+pub(super) fn parse_notice(key: &SessionKey, payload: &[u8]) -> Option<Notice> {
     let payload = std::str::from_utf8(payload).ok()?;
     if payload == "w" {
         return Some(Notice::Wake { key: key.clone() });

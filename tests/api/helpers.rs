@@ -22,6 +22,16 @@ pub fn redis_url() -> String {
     std::env::var("SWITCHBOARD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
 }
 
+/// Seed nodes of the Redis Cluster used by the tests (three primaries;
+/// `.ci/run` starts them on 127.0.0.1:7000-7002 if none answers).
+pub fn redis_cluster_seeds() -> Vec<String> {
+    std::env::var("SWITCHBOARD_TEST_REDIS_CLUSTER")
+        .unwrap_or_else(|_| "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002".to_string())
+        .split(',')
+        .map(|seed| seed.trim().to_string())
+        .collect()
+}
+
 pub const ACME_SECRET: &str = "acme-test-secret-0123456789";
 pub const GLOBEX_SECRET: &str = "globex-test-secret-0123456789";
 

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use switchboard::{
-    config::StoreConfig,
+    config::{RedisTarget, StoreConfig},
     store::{
         Commit, CommitError, Committed, Conflict, Fence, MessagesWrite, Notice, OwnerChange, Record, SessionKey,
         StateWrite, Store, StoreError,
@@ -22,12 +22,14 @@ use tokio::{
     time::{Instant, sleep, timeout_at},
 };
 
-use crate::helpers::{redis_url, unique_prefix};
+use crate::helpers::{redis_cluster_seeds, redis_url, unique_prefix};
 
 #[derive(Clone, Copy)]
 enum Backend {
     Memory,
     Redis,
+    /// The three-primary Redis Cluster `.ci/run` starts.
+    Cluster,
 }
 
 struct Harness {
@@ -43,18 +45,21 @@ impl Backend {
     }
 
     fn open_with_max_len(self, event_log_max_len: u64) -> Harness {
-        let redis_url = match self {
+        let target = match self {
             Backend::Memory => None,
-            Backend::Redis => Some(redis_url()),
+            Backend::Redis => Some(RedisTarget::Node(redis_url())),
+            Backend::Cluster => Some(RedisTarget::Cluster(redis_cluster_seeds())),
         };
-        open_store(redis_url, event_log_max_len)
+        open_store(target, event_log_max_len)
     }
 }
 
-fn open_store(redis_url: Option<String>, event_log_max_len: u64) -> Harness {
+fn open_store(redis: Option<RedisTarget>, event_log_max_len: u64) -> Harness {
     let prefix = unique_prefix();
     let config = StoreConfig {
-        redis_url,
+        redis,
+        wait_replicas: 0,
+        wait_replicas_timeout: Duration::from_millis(500),
         key_prefix: prefix.clone(),
         session_ttl: Duration::from_secs(60),
         event_log_max_len,
@@ -76,6 +81,11 @@ macro_rules! contract {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn redis() {
                 super::$name(super::Backend::Redis).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_cluster() {
+                super::$name(super::Backend::Cluster).await
             }
         }
     )*};

@@ -92,7 +92,9 @@ async fn run(args: Args) -> Result<String> {
     let mut context = Context::gather_with(&mut admin).await?;
     let prefix = run_prefix();
     let config = StoreConfig {
-        redis_url: Some(args.redis.clone()),
+        redis: Some(switchboard::config::RedisTarget::Node(args.redis.clone())),
+        wait_replicas: 0,
+        wait_replicas_timeout: std::time::Duration::from_millis(500),
         key_prefix: prefix.clone(),
         session_ttl: std::time::Duration::from_secs(600),
         event_log_max_len: 100_000,

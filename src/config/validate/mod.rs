@@ -12,22 +12,29 @@ mod tools;
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use super::{
-    AgentConfig, Anonymous, Config, ConfigErrors, Dialect, EnvLookup, InputLimits, Secret, ServerConfig, StoreConfig,
-    ToolConfig,
+    AgentConfig, Anonymous, Config, ConfigErrors, Dialect, EnvLookup, InputLimits, RedisTarget, Secret, ServerConfig,
+    StoreConfig, ToolConfig,
     access::RawAnonymous,
     raw::{RawConfig, RawServer},
 };
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
-/// Lays `SWITCHBOARD_LISTEN`, `SWITCHBOARD_REDIS_URL` and
-/// `SWITCHBOARD_REPLICA_ID` over the file's values.
+/// Lays `SWITCHBOARD_LISTEN`, `SWITCHBOARD_REDIS_URL`,
+/// `SWITCHBOARD_REDIS_CLUSTER` (comma-separated seed URLs) and
+/// `SWITCHBOARD_REPLICA_ID` over the file's values. A store named in the
+/// environment replaces the file's, whichever kind either is (naming both
+/// kinds in the environment is an error, reported by validation).
 pub fn apply_env_overrides(raw: &mut RawConfig, env: EnvLookup<'_>) {
     if let Some(listen) = env("SWITCHBOARD_LISTEN") {
         raw.server.listen = Some(listen);
     }
-    if let Some(url) = env("SWITCHBOARD_REDIS_URL") {
-        raw.store.redis_url = Some(url);
+    let url = env("SWITCHBOARD_REDIS_URL");
+    let cluster = env("SWITCHBOARD_REDIS_CLUSTER");
+    if url.is_some() || cluster.is_some() {
+        raw.store.redis_url = url;
+        raw.store.redis_cluster = cluster
+            .map(|seeds| seeds.split(',').map(str::trim).filter(|seed| !seed.is_empty()).map(String::from).collect());
     }
     if let Some(id) = env("SWITCHBOARD_REPLICA_ID") {
         raw.server.replica_id = Some(id);
@@ -61,13 +68,12 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         console: raw.server.console.unwrap_or(false),
     };
 
-    if let Some(url) = &raw.store.redis_url
-        && redis::Client::open(url.as_str()).is_err()
-    {
-        errors.push("store.redis_url", "not a redis:// or rediss:// URL");
-    }
     let store = StoreConfig {
-        redis_url: raw.store.redis_url,
+        redis: validate_redis_target(&mut errors, raw.store.redis_url, raw.store.redis_cluster),
+        wait_replicas: raw.store.wait_replicas.unwrap_or(0),
+        wait_replicas_timeout: Duration::from_millis(
+            positive(&mut errors, "store.wait_replicas_timeout_ms", raw.store.wait_replicas_timeout_ms).unwrap_or(500),
+        ),
         key_prefix: raw.store.key_prefix.unwrap_or_else(|| "sb:".to_string()),
         session_ttl: secs(positive(&mut errors, "store.session_ttl_secs", raw.store.session_ttl_secs), 86_400),
         event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)
@@ -169,6 +175,40 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
 
 /// `[anonymous]`: an existing tenant, a subject, and at least one known
 /// dialect's routes.
+/// `store.redis_url` or `store.redis_cluster` (never both): every URL one
+/// the redis client accepts (`redis://`, `rediss://`, with credentials).
+fn validate_redis_target(
+    errors: &mut ConfigErrors,
+    url: Option<String>,
+    cluster: Option<Vec<String>>,
+) -> Option<RedisTarget> {
+    let readable = |url: &str| redis::Client::open(url).is_ok();
+    match (url, cluster) {
+        (Some(_), Some(_)) => {
+            errors.push("store.redis_cluster", "give store.redis_url (one Redis) or store.redis_cluster, not both");
+            None
+        }
+        (Some(url), None) => {
+            if !readable(&url) {
+                errors.push("store.redis_url", "not a redis:// or rediss:// URL");
+            }
+            Some(RedisTarget::Node(url))
+        }
+        (None, Some(seeds)) => {
+            if seeds.is_empty() {
+                errors.push("store.redis_cluster", "needs at least one node's redis:// or rediss:// URL");
+            }
+            for (i, seed) in seeds.iter().enumerate() {
+                if !readable(seed) {
+                    errors.push(format!("store.redis_cluster[{i}]"), "not a redis:// or rediss:// URL");
+                }
+            }
+            Some(RedisTarget::Cluster(seeds))
+        }
+        (None, None) => None,
+    }
+}
+
 fn validate_anonymous(
     errors: &mut ConfigErrors,
     raw: RawAnonymous,

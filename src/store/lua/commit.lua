@@ -23,7 +23,9 @@
 -- ARGV[18] notice channel    ARGV[19] the writing instance
 -- ARGV[20] blobs written  ARGV[21] manifest entries set
 -- ARGV[22] manifest entries removed  ARGV[23] blobs dropped
--- ARGV[24..] messages, then events, then relays to open, then to close,
+-- ARGV[24] "PUBLISH" | "SPUBLISH" (on a cluster the notice channel is a
+--          shard channel tagged like the keys: it stays on this node)
+-- ARGV[25..] messages, then events, then relays to open, then to close,
 --          then blobs (digest, content pairs), entries (path, entry
 --          pairs), removed paths, dropped digests
 --
@@ -85,7 +87,8 @@ end
 local nmsg, nev = tonumber(ARGV[11]), tonumber(ARGV[12])
 local nopen, nclose = tonumber(ARGV[13]), tonumber(ARGV[14])
 local nblob, nset, nrm, ndrop = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22]), tonumber(ARGV[23])
-local i = 24
+local publish = ARGV[24]
+local i = 25
 
 -- Messages, in chunks (Lua's unpack has a stack limit). RPUSH answers
 -- the list's length: no LLEN for `nm`.
@@ -170,11 +173,11 @@ end
 -- on other instances (lua/follow.lua registers them) hear of them here.
 if nev > 0 then
   if tonumber(cur[6] or '0') - (cur[7] and 1 or 0) > 0 then
-    redis.call('PUBLISH', ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
+    redis.call(publish, ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
   end
 end
 -- The instance that ran it until now (if alive) learns it lost it.
 if change == 'acquire' and previous ~= '' and previous ~= own then
-  redis.call('PUBLISH', ARGV[18], 'w')
+  redis.call(publish, ARGV[18], 'w')
 end
 return {'ok', v, ep, first, seq}

@@ -3,7 +3,7 @@
 -- decisions exactly one is recorded.
 --
 -- KEYS[1] state hash   ARGV[1] relay id   ARGV[2] decision (JSON)
--- ARGV[3] notice channel
+-- ARGV[3] notice channel   ARGV[4] "PUBLISH" | "SPUBLISH" (lua/commit.lua)
 -- Returns "recorded", "decided" (already decided or no longer live) or
 -- "missing" (no such session).
 
@@ -11,5 +11,5 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
 local field = 'r:' .. ARGV[1]
 if redis.call('HGET', KEYS[1], field) ~= '1' then return 'decided' end
 redis.call('HSET', KEYS[1], field, ARGV[2])
-redis.call('PUBLISH', ARGV[3], 'w')
+redis.call(ARGV[4], ARGV[3], 'w')
 return 'recorded'

@@ -6,15 +6,16 @@
 //! slot, not the session's: a create's entries are `ZADD`ed in the pipeline
 //! of its commit (`sessions.rs`), a hint the listing checks and prunes (see
 //! `store::Catalog`). No `SCAN` or `KEYS`: a page is one `ZRANGE` and one
-//! pipeline of `HGET <state> doc`.
+//! batch of `HGET <state> doc` (one pipeline on one Redis; on a cluster,
+//! each to its session's node).
 //!
 //! A delete is `lua/delete.lua` over the session's keys, then, once it
-//! deleted, one pipeline removing the list entries, relay index ids and the
+//! deleted, one batch removing the list entries, relay index ids and the
 //! owner's owned-set entry (hints all, as the sweep re-checks what it finds).
 
 use async_trait::async_trait;
 
-use super::{RedisStore, map_err};
+use super::{RedisStore, conn::Spread, map_err};
 use crate::store::{Catalog, Deleted, Deletion, ListPosition, ListScope, Listed, SessionKey, StoreError};
 
 impl RedisStore {
@@ -56,13 +57,18 @@ impl Catalog for RedisStore {
         if positions.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
+        // Each session's state is in its own slot: one unit each.
+        let mut spread = Spread::default();
         for position in &positions {
             let key = SessionKey::new(scope.tenant(), position.id.as_str());
-            pipe.cmd("HGET").arg(self.keys.state(&key)).arg("doc");
+            spread.answered().cmd("HGET").arg(self.keys.state(&key)).arg("doc");
         }
-        let docs: Vec<Option<String>> = pipe.query_async(&mut conn).await.map_err(map_err)?;
-        Ok(positions.into_iter().zip(docs).map(|(position, doc)| Listed { position, doc }).collect())
+        let mut listed = Vec::with_capacity(positions.len());
+        for (position, reply) in positions.into_iter().zip(conn.send(spread).await.map_err(map_err)?) {
+            let doc = reply.and_then(|value| Ok(redis::from_redis_value(value)?)).map_err(map_err)?;
+            listed.push(Listed { position, doc });
+        }
+        Ok(listed)
     }
 
     async fn unlist(&self, scope: &ListScope, positions: &[ListPosition]) -> Result<(), StoreError> {
@@ -98,17 +104,17 @@ impl Catalog for RedisStore {
         // The session is gone: what is left are hints, removed now (or
         // pruned by the next listing, should this fail).
         let member = ListPosition { created_ms: deletion.listing.created_ms, id: key.id.to_string() }.to_member();
-        let mut pipe = redis::pipe();
+        let mut spread = Spread::default();
         for scope in deletion.listing.scopes(&key.tenant) {
-            pipe.cmd("ZREM").arg(self.list_key(&scope)).arg(&member).ignore();
+            spread.hint().cmd("ZREM").arg(self.list_key(&scope)).arg(&member);
         }
         for relay_id in &deletion.relay_ids {
-            pipe.cmd("DEL").arg(self.keys.relay(relay_id)).ignore();
+            spread.hint().cmd("DEL").arg(self.keys.relay(relay_id));
         }
         if let Some(owner) = &deletion.owner {
-            pipe.cmd("SREM").arg(self.keys.owned(owner)).arg(key.to_member()).ignore();
+            spread.hint().cmd("SREM").arg(self.keys.owned(owner)).arg(key.to_member());
         }
-        if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+        if let Err(e) = conn.send(spread).await {
             tracing::warn!(session = %key.id, error = %map_err(e), "session deleted; its list entries are pruned later");
         }
         Ok(Deleted::Deleted)

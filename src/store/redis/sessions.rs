@@ -6,9 +6,13 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value, aio::ConnectionManager};
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::{RedisStore, map_err};
+use super::{
+    RedisStore,
+    conn::{Conn, Spread},
+    map_err,
+};
 use crate::store::{
     CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange, Record,
     SessionKey, SessionStore, StoreError,
@@ -64,6 +68,7 @@ impl RedisStore {
         let empty = crate::store::WorkspaceWrite::default();
         let files = commit.workspace.as_ref().unwrap_or(&empty);
         script.arg(files.blobs.len()).arg(files.set.len()).arg(files.remove.len()).arg(files.drop_blobs.len());
+        script.arg(self.publish);
         for text in messages.iter().chain(&commit.events).chain(&commit.open_relays).chain(&commit.close_relays) {
             script.arg(text);
         }
@@ -79,22 +84,22 @@ impl RedisStore {
         script
     }
 
-    /// One pipeline: each commit's script, and after it the ownership
-    /// index commands it implies (hints for the takeover sweep, sent even
-    /// if the script refuses: the sweep re-checks what it finds). Returns
-    /// the scripts' replies.
+    /// One batch ([`Spread`]): each commit's script, and after it the
+    /// ownership index commands it implies (hints for the takeover sweep,
+    /// sent even if the script refuses: the sweep re-checks what it finds;
+    /// on a cluster they live in other slots than the session's, so they
+    /// are a second write that may fail alone, which the sweep repairs).
+    /// Returns the scripts' replies; with `store.wait_replicas`, only once
+    /// that many replicas hold the round's writes.
     async fn commit_round(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Conn,
         commits: &[&Commit],
     ) -> Result<Vec<redis::RedisResult<Value>>, RedisError> {
         let invocations: Vec<_> = commits.iter().map(|c| self.commit_invocation(c)).collect();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        let mut script_at = Vec::with_capacity(commits.len());
+        let mut spread = Spread::default();
         for (commit, invocation) in commits.iter().zip(&invocations) {
-            script_at.push(pipe.len());
-            pipe.invoke_script(invocation);
+            spread.answered().invoke_script(invocation);
             let member = commit.key.to_member();
             // A create's list entries: hints in the tenant's slot, checked
             // (and pruned if the create was refused) by whoever lists.
@@ -102,33 +107,46 @@ impl RedisStore {
                 let position =
                     crate::store::ListPosition { created_ms: listing.created_ms, id: commit.key.id.to_string() };
                 for scope in listing.scopes(&commit.key.tenant) {
-                    pipe.cmd("ZADD").arg(self.list_key(&scope)).arg(0).arg(position.to_member()).ignore();
+                    spread.hint().cmd("ZADD").arg(self.list_key(&scope)).arg(0).arg(position.to_member());
                 }
             }
             match &commit.owner {
                 OwnerChange::Keep => {}
                 OwnerChange::Acquire(instance) => {
-                    pipe.cmd("SADD").arg(self.keys.owned(instance)).arg(&member).ignore();
+                    spread.hint().cmd("SADD").arg(self.keys.owned(instance)).arg(&member);
                     // A session being created was never an orphan.
                     if commit.fence != Fence::Absent {
-                        pipe.cmd("SREM").arg(self.keys.orphans()).arg(&member).ignore();
+                        spread.hint().cmd("SREM").arg(self.keys.orphans()).arg(&member);
                     }
                 }
                 OwnerChange::Release => {
                     if let Fence::Owner { instance, .. } = &commit.fence {
-                        pipe.cmd("SREM").arg(self.keys.owned(instance)).arg(&member).ignore();
+                        spread.hint().cmd("SREM").arg(self.keys.owned(instance)).arg(&member);
                     }
                     let active = commit.state.as_ref().is_none_or(|s| matches!(s.status, "running" | "awaiting_relay"));
                     if active {
-                        pipe.cmd("SADD").arg(self.keys.orphans()).arg(&member).ignore();
-                        pipe.cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o").ignore();
+                        spread.hint().cmd("SADD").arg(self.keys.orphans()).arg(&member);
+                        spread.hint().cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o");
                     }
                 }
             }
         }
-        let replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await?;
-        // `ignore()`d commands leave no reply: the replies are the scripts'.
-        debug_assert_eq!(replies.len(), script_at.len());
+        let replies = conn.send(spread).await?;
+        debug_assert_eq!(replies.len(), commits.len());
+        let (replicas, timeout_ms) = self.wait_replicas;
+        if replicas > 0 && replies.iter().any(Result::is_ok) {
+            let reached = conn.wait_replicas(replicas, timeout_ms).await?;
+            if reached < replicas {
+                // Applied on the primary, not known to survive its failover:
+                // not acknowledged. The writer retries; the script answers
+                // "duplicate" and the wait runs again.
+                return Err(RedisError::from((
+                    ErrorKind::Io,
+                    "commit not acknowledged",
+                    format!("{reached} of {replicas} replica(s) within {timeout_ms} ms"),
+                )));
+            }
+        }
         Ok(replies)
     }
 }
@@ -208,6 +226,7 @@ impl SessionStore for RedisStore {
             .arg(relay_id)
             .arg(decision)
             .arg(self.keys.channel(key))
+            .arg(self.publish)
             .invoke_async(&mut self.connection())
             .await
             .map_err(map_err)?;
@@ -225,6 +244,7 @@ impl SessionStore for RedisStore {
             .cancel
             .key(self.keys.state(key))
             .arg(self.keys.channel(key))
+            .arg(self.publish)
             .invoke_async(&mut self.connection())
             .await
             .map_err(map_err)?;

@@ -18,7 +18,7 @@ use super::*;
 #[tokio::test]
 async fn a_redis_store_opens_while_redis_is_down_and_reports_it_unavailable() {
     // Nothing listens on port 1.
-    let mut h = open_store(Some("redis://127.0.0.1:1".to_string()), 100);
+    let mut h = open_store(Some(RedisTarget::Node("redis://127.0.0.1:1".to_string())), 100);
     let k = key("acme", "s1");
     assert!(matches!(h.store.health.ping().await, Err(StoreError::Unavailable(_))));
     assert!(matches!(h.store.sessions.load(&k, true).await, Err(StoreError::Unavailable(_))));
@@ -34,7 +34,7 @@ async fn a_redis_store_opens_while_redis_is_down_and_reports_it_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_subscription_reconnects_resubscribes_and_announces_it() {
     let proxy = Proxy::start().await;
-    let mut h = open_store(Some(proxy.url()), 100);
+    let mut h = open_store(Some(RedisTarget::Node(proxy.url())), 100);
     let k = key("acme", "s1");
     let tenure = create_owned(&h.store, &k, "a").await;
     h.store.notifications.watch(&k).await.unwrap();
@@ -59,7 +59,7 @@ async fn the_subscription_reconnects_resubscribes_and_announces_it() {
 async fn the_subscription_backs_off_while_redis_refuses_it() {
     let proxy = Proxy::start().await;
     proxy.refuse(true);
-    let h = open_store(Some(proxy.url()), 100);
+    let h = open_store(Some(RedisTarget::Node(proxy.url())), 100);
     sleep(Duration::from_secs(2)).await;
     // 100 + 200 + 400 + 800 ms of backoff: about five attempts in two seconds.
     let attempts = proxy.accepted();
@@ -70,7 +70,7 @@ async fn the_subscription_backs_off_while_redis_refuses_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_redis_store_closes_its_connections() {
     let proxy = Proxy::start().await;
-    let h = open_store(Some(proxy.url()), 100);
+    let h = open_store(Some(RedisTarget::Node(proxy.url())), 100);
     h.store.health.ping().await.unwrap();
     h.store.notifications.watch(&key("acme", "s1")).await.unwrap();
     assert!(proxy.live() >= 2, "a command and a subscription connection");
@@ -150,7 +150,7 @@ impl Proxy {
 
 #[tokio::test]
 async fn commits_load_the_script_again_after_a_script_flush() {
-    let h = open_store(Some(redis_url()), 100);
+    let h = open_store(Some(RedisTarget::Node(redis_url())), 100);
     let keys = [key("acme", "s1"), key("acme", "s2")];
     let mut tenures = Vec::new();
     for k in &keys {
@@ -184,7 +184,7 @@ async fn ttls(prefix: &str, key: &SessionKey) -> Vec<i64> {
 
 #[tokio::test]
 async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
-    let Harness { store, prefix, notices: _notices } = open_store(Some(redis_url()), 100);
+    let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
     let k = key("acme", "s1");
     let mut tenure = create_owned(&store, &k, "a#1").await;
     let fresh = |ttl: i64| ttl > 50_000 && ttl <= 60_000;

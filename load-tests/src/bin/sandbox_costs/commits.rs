@@ -48,7 +48,9 @@ const FILE: &str = "data.bin";
 /// (kept for the run: nothing here watches a session, so none come).
 pub fn open_store(redis: &str, prefix: &str) -> Result<(Store, mpsc::Receiver<Notice>)> {
     let config = StoreConfig {
-        redis_url: Some(redis.to_string()),
+        redis: Some(switchboard::config::RedisTarget::Node(redis.to_string())),
+        wait_replicas: 0,
+        wait_replicas_timeout: std::time::Duration::from_millis(500),
         key_prefix: prefix.to_string(),
         session_ttl: Duration::from_secs(600),
         event_log_max_len: 100_000,
