@@ -37,8 +37,10 @@ pub const GLOBEX_SECRET: &str = "globex-test-secret-0123456789";
 
 /// Options for [`spawn_app_with`].
 pub struct AppOptions {
-    /// `None` runs the in-memory store.
+    /// `None` (and no `redis_cluster`) runs the in-memory store.
     pub redis_url: Option<String>,
+    /// A Redis Cluster's seeds instead (`store.redis_cluster`).
+    pub redis_cluster: Option<Vec<String>>,
     /// Shared by replicas of one test; unique per test.
     pub key_prefix: String,
     pub replica_id: String,
@@ -64,6 +66,7 @@ impl Default for AppOptions {
     fn default() -> Self {
         Self {
             redis_url: Some(redis_url()),
+            redis_cluster: None,
             key_prefix: unique_prefix(),
             replica_id: "a".to_string(),
             extra_toml: String::new(),
@@ -112,9 +115,10 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
 /// Starts an app that uses an existing upstream: replicas of one test share
 /// Redis (through `options.key_prefix`) and one mock upstream.
 pub async fn spawn_replica(options: AppOptions, upstream: Arc<MockUpstream>) -> TestApp {
-    let store = match &options.redis_url {
-        Some(url) => format!("redis_url = \"{url}\"\n"),
-        None => String::new(),
+    let store = match (&options.redis_url, &options.redis_cluster) {
+        (_, Some(seeds)) => format!("redis_cluster = {seeds:?}\n"),
+        (Some(url), None) => format!("redis_url = \"{url}\"\n"),
+        (None, None) => String::new(),
     };
     let text = format!(
         r#"
@@ -307,6 +311,23 @@ pub async fn assert_error(response: Response, status: StatusCode, code: &str) ->
     assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
     assert_eq!(body["error"]["request_id"], request_id.to_str().unwrap(), "{body}");
     body
+}
+
+/// The store replicas of a test share: the one Redis, or the three-primary
+/// Redis Cluster.
+#[derive(Clone, Copy, Debug)]
+pub enum SharedStore {
+    Redis,
+    Cluster,
+}
+
+impl SharedStore {
+    pub fn apply(self, options: &mut AppOptions) {
+        if let SharedStore::Cluster = self {
+            options.redis_url = None;
+            options.redis_cluster = Some(redis_cluster_seeds());
+        }
+    }
 }
 
 /// `n` replicas (`a`, `b`, `c`) sharing one Redis prefix and one mock

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{AppOptions, TestApp, assert_error, spawn_replica, unique_prefix},
+    helpers::{AppOptions, SharedStore, TestApp, assert_error, spawn_replica, unique_prefix},
     sse::{Frame, SseReader, seqs},
     support::{
         mock_upstream::{MockUpstream, Reply},
@@ -189,7 +189,16 @@ async fn anthropic_fragments_and_parallel_calls_are_assembled_and_run() {
 
 #[tokio::test]
 async fn a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a() {
-    let w = world(2, |_| {}).await;
+    relay_decided_on_b_resumes_a(SharedStore::Redis).await
+}
+
+#[tokio::test]
+async fn a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a_on_a_redis_cluster() {
+    relay_decided_on_b_resumes_a(SharedStore::Cluster).await
+}
+
+async fn relay_decided_on_b_resumes_a(store: SharedStore) {
+    let w = world(2, |o| store.apply(o)).await;
     w.upstream.push(Reply::new().tool_call("call_r", "refund", [r#"{"order":"9"}"#]));
     w.upstream.push(Reply::new().text(["Refunded."]));
     let id = w.session(0, "mock", json!({})).await;
@@ -374,7 +383,16 @@ async fn the_iteration_limit_ends_the_turn_with_max_iterations() {
 
 #[tokio::test]
 async fn cancel_stops_a_running_turn_from_another_replica() {
-    let w = world(2, |_| {}).await;
+    cancel_from_another_replica(SharedStore::Redis).await
+}
+
+#[tokio::test]
+async fn cancel_stops_a_running_turn_from_another_replica_on_a_redis_cluster() {
+    cancel_from_another_replica(SharedStore::Cluster).await
+}
+
+async fn cancel_from_another_replica(store: SharedStore) {
+    let w = world(2, |o| store.apply(o)).await;
     w.upstream.push(Reply::new().text(["thinking", " hard"]).stall_after(1));
     let id = w.session(0, "mock", json!({})).await;
     let mut stream = w.send(0, &id, "think").await;

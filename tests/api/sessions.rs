@@ -12,24 +12,59 @@ use serde_json::{Value, json};
 use switchboard::sessions::TurnRunner;
 
 use crate::{
-    helpers::{AppOptions, TestApp, assert_error, spawn_replicas},
+    helpers::{AppOptions, SharedStore, TestApp, assert_error, spawn_replicas},
     sse::{SseReader, seqs},
     support::runner::ScriptedRunner,
 };
 
 /// `n` replicas sharing one Redis prefix, one mock upstream and one runner.
 async fn replicas(n: usize, runner: &Arc<ScriptedRunner>, tweak: impl Fn(&mut AppOptions)) -> Vec<TestApp> {
+    replicas_on(SharedStore::Redis, n, runner, tweak).await
+}
+
+/// The same on `store`.
+async fn replicas_on(
+    store: SharedStore,
+    n: usize,
+    runner: &Arc<ScriptedRunner>,
+    tweak: impl Fn(&mut AppOptions),
+) -> Vec<TestApp> {
     spawn_replicas(n, |options| {
+        store.apply(options);
         options.runner = Some(runner.clone() as Arc<dyn TurnRunner>);
         tweak(options);
     })
     .await
 }
 
-#[tokio::test]
-async fn a_session_produced_on_a_is_replayed_on_b_from_any_cursor_then_followed_live() {
+/// The tests of several replicas run on one Redis and on a Redis Cluster.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use crate::helpers::SharedStore;
+
+            #[tokio::test]
+            async fn redis() {
+                super::$name(SharedStore::Redis).await
+            }
+
+            #[tokio::test]
+            async fn redis_cluster() {
+                super::$name(SharedStore::Cluster).await
+            }
+        }
+    )*};
+}
+
+on_both_stores!(
+    a_session_produced_on_a_is_replayed_on_b_from_any_cursor_then_followed_live,
+    two_resumes_sent_at_once_to_a_and_b_produce_one_continuation_and_one_409,
+    a_killed_replicas_session_is_taken_over_once_within_the_lease_time_plus_a_renewal,
+);
+
+async fn a_session_produced_on_a_is_replayed_on_b_from_any_cursor_then_followed_live(store: SharedStore) {
     let runner = ScriptedRunner::new();
-    let apps = replicas(2, &runner, |_| {}).await;
+    let apps = replicas_on(store, 2, &runner, |_| {}).await;
     let (a, b) = (&apps[0], &apps[1]);
     let token = a.token("acme", "alice");
     let id = a.create_session(&token, "demo").await;
@@ -71,10 +106,9 @@ async fn a_session_produced_on_a_is_replayed_on_b_from_any_cursor_then_followed_
     assert_eq!(seqs(&SseReader::new(response).rest().await), vec![11, 12]);
 }
 
-#[tokio::test]
-async fn two_resumes_sent_at_once_to_a_and_b_produce_one_continuation_and_one_409() {
+async fn two_resumes_sent_at_once_to_a_and_b_produce_one_continuation_and_one_409(store: SharedStore) {
     let runner = ScriptedRunner::new();
-    let apps = replicas(2, &runner, |_| {}).await;
+    let apps = replicas_on(store, 2, &runner, |_| {}).await;
     let (a, b) = (&apps[0], &apps[1]);
     let token = a.token("acme", "alice");
     let id = a.create_session(&token, "demo").await;
@@ -119,11 +153,10 @@ async fn a_resume_must_answer_exactly_the_pending_calls() {
     assert_eq!(view.session.status().as_str(), "awaiting_client", "bad resumes leave the session paused");
 }
 
-#[tokio::test]
-async fn a_killed_replicas_session_is_taken_over_once_within_the_lease_time_plus_a_renewal() {
+async fn a_killed_replicas_session_is_taken_over_once_within_the_lease_time_plus_a_renewal(store: SharedStore) {
     let ttl = Duration::from_secs(2);
     let runner = ScriptedRunner::new();
-    let mut apps = replicas(3, &runner, |o| o.lease_ttl_secs = ttl.as_secs()).await;
+    let mut apps = replicas_on(store, 3, &runner, |o| o.lease_ttl_secs = ttl.as_secs()).await;
     let token = apps[0].token("acme", "alice");
     let id = apps[0].create_session(&token, "demo").await;
     let mut on_a = SseReader::new(apps[0].send_message(&token, &id, "gated 5").await);
