@@ -119,7 +119,7 @@ impl Stack {
         let key_prefix = format!("sbbrowser:{}:", uuid::Uuid::new_v4().simple());
         let configs = ["a", "b", "c"].map(|name| ReplicaConfig {
             replica_id: name.to_string(),
-            redis_url: redis_url(),
+            store: format!("redis_url = \"{}\"", redis_url()),
             key_prefix: key_prefix.clone(),
             lease_ttl_secs: 2,
             shutdown_grace_secs: 5,

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::harness::{
     checks::{self, Expect, Keys},
-    cluster::{Cluster, ClusterOptions},
+    cluster::{Cluster, ClusterOptions, ClusterShape},
 };
 
 const TOOL_ROUNDS: u32 = 2;
@@ -84,11 +84,23 @@ fn seed() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_using_turn_survives_kill9_of_its_owner_at_random_points_in_every_trial() {
-    let trials = std::env::var("FAULT_TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_TRIALS);
+    kill9_trials(None, DEFAULT_TRIALS).await
+}
+
+/// The same on a three-primary Redis Cluster, with fewer trials (CI's
+/// budget; `FAULT_TRIALS` sets both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tool_using_turn_survives_kill9_of_its_owner_on_a_redis_cluster() {
+    kill9_trials(Some(ClusterShape::THREE_PRIMARIES), DEFAULT_TRIALS / 2).await
+}
+
+async fn kill9_trials(redis_cluster: Option<ClusterShape>, default_trials: usize) {
+    let trials = std::env::var("FAULT_TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_trials);
     let seed = seed();
-    eprintln!("kill9 trials: {trials} trials, FAULT_SEED={seed}");
+    eprintln!("kill9 trials: {trials} trials, FAULT_SEED={seed}, redis cluster: {redis_cluster:?}");
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut cluster = Cluster::start(ClusterOptions { tools: tools(true), ..ClusterOptions::default() }).await;
+    let mut cluster =
+        Cluster::start(ClusterOptions { tools: tools(true), redis_cluster, ..ClusterOptions::default() }).await;
     let mut failed = Vec::new();
 
     for trial in 1..=trials {

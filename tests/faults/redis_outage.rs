@@ -115,12 +115,12 @@ async fn a_turn_outlives_a_five_second_redis_freeze_and_requests_meanwhile_get_a
     let (session, follower) = streaming_turn(&cluster).await;
 
     let frozen_at = Instant::now();
-    cluster.redis.freeze();
+    cluster.redis().freeze();
     let mut failures = requests_get_prompt_503s(&cluster, &session).await;
     // The fault schedule: Redis stays frozen for FREEZE in all.
     tokio::time::sleep_until((frozen_at + FREEZE).into()).await;
     failures.extend(no_replica_exited(&mut cluster, "while Redis was frozen"));
-    cluster.redis.thaw();
+    cluster.redis().thaw();
 
     let transcript = follower.finish().await;
     eprintln!(
@@ -142,12 +142,12 @@ async fn a_turn_outlives_a_restart_of_a_persistent_redis_and_requests_meanwhile_
     let (session, follower) = streaming_turn(&cluster).await;
 
     let killed_at = Instant::now();
-    cluster.redis.kill().await;
+    cluster.redis().kill().await;
     let mut failures = requests_get_prompt_503s(&cluster, &session).await;
     // The fault schedule: Redis stays down for DOWN at least.
     tokio::time::sleep_until((killed_at + DOWN).into()).await;
     failures.extend(no_replica_exited(&mut cluster, "while Redis was down"));
-    cluster.redis.start_again().await;
+    cluster.redis().start_again().await;
     let down_for = killed_at.elapsed();
 
     let transcript = follower.finish().await;

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::harness::{
     checks::{self, Expect},
     client::{Dialect, FollowSpec, Follower, start_turn_anywhere},
-    cluster::{Cluster, ClusterOptions},
+    cluster::{Cluster, ClusterOptions, ClusterShape},
     transcript::{Connection, Transcript},
 };
 
@@ -172,7 +172,17 @@ fn describe_probes(probes: &[(Duration, Result<u16, String>)]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_restart_under_thirty_streaming_sessions_loses_no_event_and_hands_turns_off_at_once() {
+    rolling_restart(None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_restart_on_a_redis_cluster_loses_no_event_and_hands_turns_off_at_once() {
+    rolling_restart(Some(ClusterShape::THREE_PRIMARIES)).await
+}
+
+async fn rolling_restart(redis_cluster: Option<ClusterShape>) {
     let mut cluster = Cluster::start(ClusterOptions {
+        redis_cluster,
         replicas: 3,
         lease_ttl_secs: LEASE_TTL_SECS,
         shutdown_grace_secs: GRACE_SECS,

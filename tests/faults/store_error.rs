@@ -36,10 +36,10 @@ async fn a_turn_whose_redis_vanishes_for_three_lease_ttls_is_finished_not_left_r
         cluster.dump_logs()
     );
 
-    cluster.redis.freeze();
+    cluster.redis().freeze();
     // The fault schedule: Redis frozen for three lease TTLs.
     tokio::time::sleep(FREEZE).await;
-    cluster.redis.thaw();
+    cluster.redis().thaw();
     let thawed_at = Instant::now();
 
     let transcript = follower.finish().await;

@@ -12,6 +12,7 @@ use super::{
     client::{Dialect, FollowSpec, Follower},
     config::{self, ReplicaConfig, ToolSpec},
     redis::OwnRedis,
+    redis_cluster::OwnRedisCluster,
     replica::Replica,
     tools::ToolServer,
     transcript::Transcript,
@@ -37,6 +38,22 @@ pub struct ClusterOptions {
     pub tenant_toml: String,
     pub agent_toml: String,
     pub extra_toml: String,
+    /// Run on a Redis Cluster of the test's own instead of one Redis.
+    pub redis_cluster: Option<ClusterShape>,
+}
+
+/// A Redis Cluster for [`ClusterOptions::redis_cluster`].
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterShape {
+    pub primaries: usize,
+    pub replicas_per_primary: usize,
+    /// `[store] wait_replicas`.
+    pub wait_replicas: u32,
+}
+
+impl ClusterShape {
+    /// Three primaries, no replicas.
+    pub const THREE_PRIMARIES: Self = Self { primaries: 3, replicas_per_primary: 0, wait_replicas: 0 };
 }
 
 impl Default for ClusterOptions {
@@ -53,12 +70,15 @@ impl Default for ClusterOptions {
             tenant_toml: String::new(),
             agent_toml: String::new(),
             extra_toml: String::new(),
+            redis_cluster: None,
         }
     }
 }
 
 pub struct Cluster {
-    pub redis: OwnRedis,
+    /// The test's own Redis, unless it runs on `redis_cluster`.
+    redis: Option<OwnRedis>,
+    pub redis_cluster: Option<OwnRedisCluster>,
     pub upstream: DetUpstream,
     pub tools: ToolServer,
     pub replicas: Vec<Replica>,
@@ -71,7 +91,19 @@ const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 
 impl Cluster {
     pub async fn start(options: ClusterOptions) -> Self {
-        let redis = if options.persistent_redis { OwnRedis::start_persistent().await } else { OwnRedis::start().await };
+        let (redis, redis_cluster, store) = match options.redis_cluster {
+            Some(shape) => {
+                let cluster = OwnRedisCluster::start(shape.primaries, shape.replicas_per_primary).await;
+                let store = format!("redis_cluster = {:?}\nwait_replicas = {}", cluster.seeds(), shape.wait_replicas);
+                (None, Some(cluster), store)
+            }
+            None => {
+                let redis =
+                    if options.persistent_redis { OwnRedis::start_persistent().await } else { OwnRedis::start().await };
+                let store = format!("redis_url = \"{}\"", redis.url());
+                (Some(redis), None, store)
+            }
+        };
         let upstream = DetUpstream::start(options.chunk_delay, options.first_token_delay).await;
         let delays: Vec<(&str, Duration, Duration)> =
             options.tools.iter().map(|(name, min, max, _)| (*name, *min, *max)).collect();
@@ -90,7 +122,7 @@ impl Cluster {
             .iter()
             .map(|name| ReplicaConfig {
                 replica_id: name.to_string(),
-                redis_url: redis.url(),
+                store: store.clone(),
                 key_prefix: key_prefix.clone(),
                 lease_ttl_secs: options.lease_ttl_secs,
                 shutdown_grace_secs: options.shutdown_grace_secs,
@@ -107,7 +139,12 @@ impl Cluster {
         // Started together: each waits for its own readiness.
         let replicas = futures::future::join_all(configs.into_iter().map(Replica::start)).await;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
-        Self { redis, upstream, tools, replicas, token: config::token(), http }
+        Self { redis, redis_cluster, upstream, tools, replicas, token: config::token(), http }
+    }
+
+    /// The test's own Redis (tests that freeze or restart it run on one).
+    pub fn redis(&mut self) -> &mut OwnRedis {
+        self.redis.as_mut().expect("this test runs on one Redis of its own")
     }
 
     /// The replicas' base URLs, the follower's rejoin list.
@@ -307,7 +344,12 @@ impl Cluster {
     /// Every replica's log tail, and Redis's.
     pub fn dump_logs(&self) -> String {
         let mut out: Vec<String> = self.replicas.iter().map(Replica::dump_logs).collect();
-        out.push(format!("---- redis log tail ----\n{}", self.redis.log_tail()));
+        if let Some(redis) = &self.redis {
+            out.push(format!("---- redis log tail ----\n{}", redis.log_tail()));
+        }
+        if let Some(cluster) = &self.redis_cluster {
+            out.push(format!("---- redis cluster log tails ----\n{}", cluster.log_tail()));
+        }
         out.join("\n")
     }
 }

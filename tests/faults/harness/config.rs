@@ -25,7 +25,9 @@ pub struct ToolSpec {
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
     pub replica_id: String,
-    pub redis_url: String,
+    /// The `[store]` line naming the store: `redis_url = "…"` or
+    /// `redis_cluster = […]`.
+    pub store: String,
     /// Shared by the replicas of one test; unique per test.
     pub key_prefix: String,
     pub lease_ttl_secs: u64,
@@ -57,7 +59,7 @@ drain_delay_secs = {drain_delay}
 {server_toml}
 
 [store]
-redis_url = "{redis}"
+{store}
 key_prefix = "{prefix}"
 lease_ttl_secs = {lease}
 
@@ -79,7 +81,7 @@ max_iterations = {max_iterations}
             replica = self.replica_id,
             grace = self.shutdown_grace_secs,
             drain_delay = self.drain_delay_secs,
-            redis = self.redis_url,
+            store = self.store,
             prefix = self.key_prefix,
             lease = self.lease_ttl_secs,
             upstream = self.upstream_base_url,

@@ -22,6 +22,7 @@ pub mod config;
 pub mod ports;
 pub mod process;
 pub mod redis;
+pub mod redis_cluster;
 pub mod replica;
 pub mod sse;
 pub mod tools;

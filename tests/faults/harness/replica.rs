@@ -27,10 +27,11 @@ const READY_POLL: Duration = Duration::from_millis(25);
 const START_ATTEMPTS: usize = 3;
 /// Environment variables that would override the file (DESIGN: "Environment
 /// variables override file values"); a developer's shell must not leak in.
-const OVERRIDES: [&str; 6] = [
+const OVERRIDES: [&str; 7] = [
     "SWITCHBOARD_CONFIG",
     "SWITCHBOARD_LISTEN",
     "SWITCHBOARD_REDIS_URL",
+    "SWITCHBOARD_REDIS_CLUSTER",
     "SWITCHBOARD_REPLICA_ID",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

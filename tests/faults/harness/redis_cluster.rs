@@ -1,0 +1,122 @@
+//! [`OwnRedisCluster`]: a Redis Cluster of the test's own, started by
+//! `scripts/redis-cluster.sh` on free ports in a fresh temporary directory
+//! and SIGKILLed when dropped. Never the shared cluster on 7000-7002: a node
+//! killed here must not reach any other test.
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use tempfile::TempDir;
+use tokio::process::Command;
+
+use super::process;
+
+/// The script's wait for a healthy cluster is bounded (≈ 20 s); this is the
+/// test's bound on the whole start.
+const START_TIMEOUT: Duration = Duration::from_secs(40);
+/// Fresh port ranges tried when another process took one first.
+const START_ATTEMPTS: usize = 3;
+
+pub struct OwnRedisCluster {
+    dir: TempDir,
+    ports: Vec<u16>,
+    primaries: usize,
+}
+
+impl OwnRedisCluster {
+    /// `primaries` primaries with `replicas` replicas each; waits until the
+    /// cluster is healthy (every slot served, every replica in sync).
+    pub async fn start(primaries: usize, replicas: usize) -> Self {
+        let nodes = primaries * (1 + replicas);
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let dir = tempfile::Builder::new().prefix("sbfault-cluster-").tempdir().expect("a temp dir");
+            let base = free_range(nodes);
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/redis-cluster.sh");
+            let run = Command::new(&script)
+                .args(["start", "--dir"])
+                .arg(dir.path().join("nodes"))
+                .args(["--port", &base.to_string()])
+                .args(["--primaries", &primaries.to_string(), "--replicas", &replicas.to_string()])
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output();
+            let output = tokio::time::timeout(START_TIMEOUT, run)
+                .await
+                .expect("redis-cluster.sh start took too long")
+                .expect("run scripts/redis-cluster.sh");
+            let cluster = Self { dir, ports: (base..base + nodes as u16).collect(), primaries };
+            if output.status.success() {
+                return cluster;
+            }
+            failures.push(String::from_utf8_lossy(&output.stderr).into_owned());
+            // Dropping `cluster` kills whatever did start.
+        }
+        panic!("no Redis Cluster could be started:\n{}", failures.join("\n----\n"));
+    }
+
+    /// Every node's URL (the client needs one; all make it start faster).
+    pub fn seeds(&self) -> Vec<String> {
+        self.ports.iter().map(|port| format!("redis://127.0.0.1:{port}")).collect()
+    }
+
+    /// The ports of the nodes that started as primaries.
+    pub fn first_primaries(&self) -> &[u16] {
+        &self.ports[..self.primaries]
+    }
+
+    /// The pid of the node on `port`.
+    pub fn pid(&self, port: u16) -> u32 {
+        let text = std::fs::read_to_string(self.node_dir(port).join("redis.pid")).expect("the node's pidfile");
+        text.trim().parse().expect("a pid")
+    }
+
+    /// SIGKILL of the node on `port`.
+    pub fn kill_node(&self, port: u16) {
+        process::signal(self.pid(port), "KILL");
+    }
+
+    /// The last lines of every node's log.
+    pub fn log_tail(&self) -> String {
+        self.ports
+            .iter()
+            .map(|port| format!("-- node {port} --\n{}", process::tail(&self.node_dir(*port).join("redis.log"), 15)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn node_dir(&self, port: u16) -> PathBuf {
+        self.dir.path().join("nodes").join(port.to_string())
+    }
+}
+
+impl Drop for OwnRedisCluster {
+    fn drop(&mut self) {
+        for port in &self.ports {
+            if let Ok(text) = std::fs::read_to_string(self.node_dir(*port).join("redis.pid")) {
+                // Some may be gone already (a test killed them): no check.
+                let _ = std::process::Command::new("kill").args(["-KILL", text.trim()]).status();
+            }
+        }
+    }
+}
+
+/// A base port with `n` consecutive ports free, and their cluster bus ports
+/// (+10000) too, a moment ago.
+fn free_range(n: usize) -> u16 {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    loop {
+        let base: u16 = rng.random_range(20_000..(30_000 - n as u16));
+        let free = (base..base + n as u16)
+            .flat_map(|port| [port, port + 10_000])
+            .all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if free {
+            return base;
+        }
+    }
+}
