@@ -193,6 +193,7 @@ where
 }
 
 mod catalog;
+mod cluster_only;
 mod commits;
 mod log;
 mod notify;
