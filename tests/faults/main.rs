@@ -9,6 +9,7 @@
 //! the replicas' `RUST_LOG`.
 
 // Not every test uses every method of the harness.
+mod cluster_failover;
 mod coding_chat;
 #[allow(dead_code)]
 mod harness;

@@ -18,7 +18,7 @@ use redis::{
     aio::{ConnectionLike, ConnectionManager},
     cluster::ClusterClient,
     cluster_async::ClusterConnection,
-    cluster_routing::{AggregateOp, MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo},
+    cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr},
 };
 use tokio::sync::OnceCell;
 
@@ -142,19 +142,35 @@ impl Conn {
 
     /// Waits until `replicas` replicas have every write this connection
     /// made (`WAIT`), at most `timeout_ms`; answers how many did. On a
-    /// cluster, every primary is asked and the fewest count.
-    pub(super) async fn wait_replicas(&mut self, replicas: u32, timeout_ms: u64) -> RedisResult<u32> {
+    /// cluster, the primaries of `keys` (those the writes went to) are
+    /// asked, each on the connection that carried its writes, and the
+    /// fewest count. A primary with no replica in sync (one just promoted,
+    /// its old primary not yet back as its replica) answers 0.
+    pub(super) async fn wait_replicas(&mut self, replicas: u32, timeout_ms: u64, keys: &[String]) -> RedisResult<u32> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(timeout_ms);
         match self {
             Conn::Node(manager) => wait.query_async(manager).await,
             Conn::Cluster(cluster) => {
-                let routing = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::Aggregate(AggregateOp::Min)),
-                ));
-                let reply = cluster.get().await?.route_command(wait, routing).await?;
-                Ok(redis::from_redis_value(reply)?)
+                let connection = cluster.get().await?;
+                let slots: std::collections::HashSet<Slot> = keys.iter().map(Slot::for_key).collect();
+                let answers = join_all(slots.into_iter().map(|slot| {
+                    let mut connection = connection.clone();
+                    let route = Route::with_slot(slot, SlotAddr::Master);
+                    let wait = wait.clone();
+                    async move {
+                        let reply = connection
+                            .route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)))
+                            .await?;
+                        Ok::<u32, redis::RedisError>(redis::from_redis_value(reply)?)
+                    }
+                }))
+                .await;
+                let mut fewest = replicas;
+                for answer in answers {
+                    fewest = fewest.min(answer?);
+                }
+                Ok(fewest)
             }
         }
     }

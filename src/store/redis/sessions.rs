@@ -135,7 +135,8 @@ impl RedisStore {
         debug_assert_eq!(replies.len(), commits.len());
         let (replicas, timeout_ms) = self.wait_replicas;
         if replicas > 0 && replies.iter().any(Result::is_ok) {
-            let reached = conn.wait_replicas(replicas, timeout_ms).await?;
+            let written: Vec<String> = commits.iter().map(|c| self.keys.state(&c.key)).collect();
+            let reached = conn.wait_replicas(replicas, timeout_ms, &written).await?;
             if reached < replicas {
                 // Applied on the primary, not known to survive its failover:
                 // not acknowledged. The writer retries; the script answers

@@ -80,6 +80,70 @@ impl OwnRedisCluster {
         process::signal(self.pid(port), "KILL");
     }
 
+    /// Waits until a surviving node sees the cluster whole again after the
+    /// node on `victim` died: `cluster_state:ok` with every slot served
+    /// (its replica promoted). False after `timeout`.
+    pub async fn wait_failed_over(&self, victim: u16, timeout: Duration) -> bool {
+        let survivor = *self.ports.iter().find(|p| **p != victim).expect("another node");
+        let healthy = async {
+            loop {
+                let info = cli(survivor, &["cluster", "info"]).await;
+                let nodes = cli(survivor, &["cluster", "nodes"]).await;
+                let victim_failed =
+                    nodes.lines().any(|line| line.contains(&format!(":{victim}@")) && line.contains("fail"));
+                if victim_failed && info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(timeout, healthy).await.is_ok()
+    }
+
+    /// Starts the node on `port` again with its old configuration (its
+    /// `nodes.conf`, no data): it rejoins the cluster as a replica of the
+    /// node that took its slots and syncs from it. Returns once it answers.
+    pub async fn restart_node(&self, port: u16) {
+        let dir = self.node_dir(port);
+        let status = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+            .arg("--cluster-config-file")
+            .arg(dir.join("nodes.conf"))
+            .args(["--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no"])
+            .args(["--repl-diskless-sync-delay", "0", "--daemonize", "yes"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--pidfile")
+            .arg(dir.join("redis.pid"))
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .status()
+            .await
+            .expect("run redis-server");
+        assert!(status.success(), "redis-server on {port} did not start again");
+        let answers = async {
+            while cli(port, &["ping"]).await.trim() != "PONG" {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), answers).await.expect("the restarted node answers");
+    }
+
+    /// Waits until the node on `port` is a replica whose link to its
+    /// primary is up (synced). False after `timeout`.
+    pub async fn wait_replica_synced(&self, port: u16, timeout: Duration) -> bool {
+        let synced = async {
+            loop {
+                let info = cli(port, &["info", "replication"]).await;
+                if info.contains("role:slave") && info.contains("master_link_status:up") {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(timeout, synced).await.is_ok()
+    }
+
     /// The last lines of every node's log.
     pub fn log_tail(&self) -> String {
         self.ports
@@ -103,6 +167,12 @@ impl Drop for OwnRedisCluster {
             }
         }
     }
+}
+
+/// `redis-cli -p <port> <args…>`'s output ("" when it cannot run).
+async fn cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().await;
+    output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
 }
 
 /// A base port with `n` consecutive ports free, and their cluster bus ports
