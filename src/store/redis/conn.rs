@@ -83,8 +83,8 @@ impl Conn {
     /// once (the client pipelines those of one node on its connection),
     /// then the hints the same way. A hint never goes before the write it
     /// follows, so a replica that hears of an orphan finds it released.
-    /// Hints' failures are logged, not returned: they are repairable (see
-    /// the callers).
+    /// Hints' failures are logged, not returned: they are hints (see the
+    /// callers for what a lost one costs).
     pub(super) async fn send(&mut self, spread: Spread) -> RedisResult<Vec<RedisResult<Value>>> {
         match self {
             Conn::Node(manager) => {
@@ -132,7 +132,7 @@ impl Conn {
                         Err(error) => Some(error),
                     };
                     if let Some(error) = failed {
-                        tracing::debug!(%error, "an index hint was not written; the sweep repairs it");
+                        tracing::warn!(%error, "an index hint was not written");
                     }
                 }
                 Ok(out)

@@ -86,9 +86,11 @@ impl RedisStore {
 
     /// One batch ([`Spread`]): each commit's script, and after it the
     /// ownership index commands it implies (hints for the takeover sweep,
-    /// sent even if the script refuses: the sweep re-checks what it finds;
-    /// on a cluster they live in other slots than the session's, so they
-    /// are a second write that may fail alone, which the sweep repairs).
+    /// sent even if the script refuses: the sweep re-checks what it finds).
+    /// On a cluster they live in other slots than the session's: a second
+    /// write that may fail alone. A session whose `owned` entry was lost
+    /// that way is not found by the sweep, only taken over when a request
+    /// touches it (the state hash, not the index, says who owns it).
     /// Returns the scripts' replies; with `store.wait_replicas`, only once
     /// that many replicas hold the round's writes.
     async fn commit_round(
