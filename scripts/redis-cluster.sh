@@ -11,11 +11,12 @@
 # 10000, each with its config, pidfile and log in DIR/<port>/; joins them with
 # `redis-cli --cluster create` (the first N ports become the primaries); waits
 # (at most about 20 s) until every node says cluster_state:ok, covers all
-# 16384 slots and knows every other node, every replica's link to its
-# primary is up and a write to each primary reaches all its replicas (WAIT;
-# the probe key, redis-cluster.sh:probe:<n>, is deleted again); then prints one seed URL per node on stdout,
-# redis://127.0.0.1:<port>. Diagnostics go to stderr. It refuses to start
-# when one of the ports (or bus ports) already answers.
+# 16384 slots and knows every other node in its role, every replica's link to
+# its primary is up, and a write to each primary reaches all its replicas
+# (WAIT; the probe key, redis-cluster.sh:probe:<n>, is deleted again); then
+# prints one seed URL per node on stdout, redis://127.0.0.1:<port>.
+# Diagnostics go to stderr. It refuses to start when one of the ports (or bus
+# ports) already answers.
 #
 # --cluster-node-timeout (--node-timeout, 2000 ms by default rather than
 # Redis's 15000) is how long a node may be unreachable before it is marked
@@ -256,11 +257,12 @@ cmd_start() {
     fi
 
     # Bounded wait for every node's view: state ok, every slot served, every
-    # node known, each replica's link to its primary up, and a write to each
-    # primary acknowledged by all its replicas. (A replica's link is up once
-    # it has loaded the primary's RDB, but the primary streams writes to it
-    # only after the replica's next REPLCONF ACK, up to a second later: a
-    # write acknowledged before that is lost if the primary dies.)
+    # node known and every replica known as one, each replica's link to its
+    # primary up, and a write to each primary acknowledged by all its
+    # replicas. (A replica's link is up once it has loaded the primary's RDB,
+    # but the primary streams writes to it only after the replica's next
+    # REPLCONF ACK, up to a second later: a write acknowledged before that is
+    # lost if the primary dies.)
     local info replication deadline=$((SECONDS + 20))
     local -A streaming=() probe_key=()
     while :; do
@@ -270,6 +272,13 @@ cmd_start() {
             if [[ "$(field cluster_state "$info")" != ok \
                 || "$(field cluster_slots_ok "$info")" != 16384 \
                 || "$(field cluster_known_nodes "$info")" != "$total" ]]; then
+                pending+=("$port")
+                continue
+            fi
+            # Its view of the roles, which gossip spreads: every replica as
+            # one (a primary votes only for a replica it knows as one).
+            if [[ "$(redis-cli -p "$port" cluster nodes 2>/dev/null | grep -c ' [a-z,]*slave')" \
+                != $((primaries * replicas)) ]]; then
                 pending+=("$port")
                 continue
             fi
@@ -303,7 +312,8 @@ cmd_start() {
             redis-cli -p "$port" cluster info 2>&1 | tr -d '\r' | head -n 8 >&2 || true
         done
         logs_tail "$dir"
-        die "nodes ${pending[*]} were not ready (cluster_state:ok, 16384 slots, $total nodes known, writes reaching every replica) within 20 s"
+        die "nodes ${pending[*]} were not ready within 20 s (cluster_state:ok," \
+            "16384 slots, $total nodes known in their roles, writes reaching every replica)"
     fi
 
     local summary="primaries on ${ports[*]:0:primaries}"
