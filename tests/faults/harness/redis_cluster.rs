@@ -81,17 +81,25 @@ impl OwnRedisCluster {
     }
 
     /// Waits until a surviving node sees the cluster whole again after the
-    /// node on `victim` died: `cluster_state:ok` with every slot served
-    /// (its replica promoted). False after `timeout`.
+    /// node on `victim` died: the victim marked failed with no slots left
+    /// (its replica promoted), `cluster_state:ok`, every slot served. False
+    /// after `timeout`. (Restarting a node without persistence before that
+    /// would bring it back as an empty primary that its replica syncs from.)
     pub async fn wait_failed_over(&self, victim: u16, timeout: Duration) -> bool {
         let survivor = *self.ports.iter().find(|p| **p != victim).expect("another node");
         let healthy = async {
             loop {
                 let info = cli(survivor, &["cluster", "info"]).await;
                 let nodes = cli(survivor, &["cluster", "nodes"]).await;
-                let victim_failed =
-                    nodes.lines().any(|line| line.contains(&format!(":{victim}@")) && line.contains("fail"));
-                if victim_failed && info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
+                // `fail` (agreed, not a suspicion: `fail?`) and no slots left:
+                // its replica was promoted and serves them.
+                let victim_replaced = nodes.lines().any(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    fields.len() == 8
+                        && fields[1].starts_with(&format!("127.0.0.1:{victim}@"))
+                        && fields[2].split(',').any(|flag| flag == "fail")
+                });
+                if victim_replaced && info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
