@@ -152,6 +152,10 @@ pub struct GatewayOptions {
     pub tool_permission: &'static str,
     /// `store.lease_ttl_secs` (default 10).
     pub lease_ttl_secs: u64,
+    /// A Redis Cluster's seeds instead of `redis_url`, and `[store]
+    /// wait_replicas`.
+    pub redis_cluster: Option<Vec<String>>,
+    pub wait_replicas: u32,
     /// `[models.bench] http2`: the gateway calls the mock over one h2c
     /// connection (prior knowledge) instead of one HTTP/1.1 connection per
     /// call in flight.
@@ -169,6 +173,8 @@ impl GatewayOptions {
             mock,
             tool_permission: "allow",
             lease_ttl_secs: 10,
+            redis_cluster: None,
+            wait_replicas: 0,
             upstream_h2c: false,
         }
     }
@@ -196,7 +202,8 @@ replica_id = "{replica}"
 shutdown_grace_secs = 1
 
 [store]
-redis_url = "{redis}"
+{store}
+wait_replicas = {wait_replicas}
 key_prefix = "{prefix}"
 lease_ttl_secs = {lease}
 
@@ -224,7 +231,11 @@ url = "http://{mock}/tool"
 permission = "{permission}"
 "#,
             replica = options.replica_id,
-            redis = options.redis_url,
+            store = match &options.redis_cluster {
+                Some(seeds) => format!("redis_cluster = {seeds:?}"),
+                None => format!("redis_url = \"{}\"", options.redis_url),
+            },
+            wait_replicas = options.wait_replicas,
             prefix = options.key_prefix,
             mock = options.mock,
             permission = options.tool_permission,

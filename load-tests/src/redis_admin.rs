@@ -2,6 +2,11 @@
 //! commandstats`, `INFO stats`), connections by ACL user (`CLIENT LIST`),
 //! the per-replica ACL users, and cleanup of the run's keys.
 //!
+//! On a Redis Cluster ([`Admin::connect_nodes`]) counters and CPU are summed
+//! over every node given (primaries and replicas alike: what the deployment
+//! pays), and the run's keys are deleted node by node; the rest asks the
+//! first node.
+//!
 //! Counters are server-wide: another client using the same Redis during a
 //! phase inflates them. Phases check this by comparing the `XADD` delta with
 //! the events they know they appended.
@@ -69,6 +74,8 @@ pub struct Connections {
 
 pub struct Admin {
     conn: MultiplexedConnection,
+    /// Every node of a cluster (the first is `conn`); one Redis: empty.
+    nodes: Vec<MultiplexedConnection>,
 }
 
 /// A key prefix of its own for one run (`sbload:<uuid>:`), deleted after it
@@ -80,7 +87,22 @@ pub fn run_prefix() -> String {
 impl Admin {
     pub async fn connect(url: &str) -> Result<Self> {
         let conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-        Ok(Self { conn })
+        Ok(Self { conn, nodes: Vec::new() })
+    }
+
+    /// Every node of a Redis Cluster, each by its own URL.
+    pub async fn connect_nodes(urls: &[String]) -> Result<Self> {
+        let mut nodes = Vec::new();
+        for url in urls {
+            nodes.push(redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?);
+        }
+        let conn = nodes.first().cloned().ok_or("no cluster node given")?;
+        Ok(Self { conn, nodes })
+    }
+
+    /// The nodes whose counters add up: the cluster's, or the one Redis.
+    fn all(&self) -> Vec<MultiplexedConnection> {
+        if self.nodes.is_empty() { vec![self.conn.clone()] } else { self.nodes.clone() }
     }
 
     async fn info(&mut self, section: &str) -> Result<HashMap<String, String>> {
@@ -88,15 +110,33 @@ impl Admin {
         Ok(parse_info(&text))
     }
 
+    /// `INFO <section>` of every node, numbers summed field by field.
+    async fn info_summed(&mut self, section: &str) -> Result<HashMap<String, f64>> {
+        let mut sums = HashMap::new();
+        for mut node in self.all() {
+            let text: String = redis::cmd("INFO").arg(section).query_async(&mut node).await?;
+            for (name, value) in parse_info(&text) {
+                // `cmdstat_x` values are `calls=N,usec=…`: their calls count.
+                let number = if value.starts_with("calls=") {
+                    command_calls(&value) as f64
+                } else {
+                    value.parse().unwrap_or(0.0)
+                };
+                *sums.entry(name).or_insert(0.0) += number;
+            }
+        }
+        Ok(sums)
+    }
+
     pub async fn version(&mut self) -> Result<String> {
         Ok(self.info("server").await?.remove("redis_version").unwrap_or_else(|| "unknown".into()))
     }
 
     pub async fn counters(&mut self) -> Result<Counters> {
-        let commands = self.info("commandstats").await?;
-        let stats = self.info("stats").await?;
-        let calls = |name: &str| commands.get(&format!("cmdstat_{name}")).map_or(0, |v| command_calls(v));
-        let stat = |name: &str| stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let commands = self.info_summed("commandstats").await?;
+        let stats = self.info_summed("stats").await?;
+        let calls = |name: &str| commands.get(&format!("cmdstat_{name}")).map_or(0, |v| *v as u64);
+        let stat = |name: &str| stats.get(name).map_or(0, |v| *v as u64);
         Ok(Counters {
             evalsha: calls("evalsha"),
             xadd: calls("xadd"),
@@ -123,8 +163,8 @@ impl Admin {
 
     /// CPU time the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
     pub async fn cpu(&mut self) -> Result<std::time::Duration> {
-        let cpu = self.info("cpu").await?;
-        let seconds = |name: &str| cpu.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let cpu = self.info_summed("cpu").await?;
+        let seconds = |name: &str| cpu.get(name).copied().unwrap_or(0.0);
         Ok(std::time::Duration::from_secs_f64(seconds("used_cpu_user") + seconds("used_cpu_sys")))
     }
 
@@ -162,8 +202,16 @@ impl Admin {
         Ok(())
     }
 
-    /// Deletes every key starting with `prefix` (SCAN + UNLINK); their count.
+    /// Deletes every key starting with `prefix` (SCAN + UNLINK on each
+    /// node; one key each, so no cross-slot UNLINK); their count.
     pub async fn delete_prefix(&mut self, prefix: &str) -> Result<u64> {
+        if !self.nodes.is_empty() {
+            let mut deleted = 0;
+            for node in self.nodes.clone() {
+                deleted += Admin { conn: node, nodes: Vec::new() }.delete_prefix_one_by_one(prefix).await?;
+            }
+            return Ok(deleted);
+        }
         let pattern = format!("{}*", escape_glob(prefix));
         let mut cursor: u64 = 0;
         let mut deleted = 0;
@@ -178,6 +226,32 @@ impl Admin {
                 .await?;
             if !keys.is_empty() {
                 deleted += redis::cmd("UNLINK").arg(&keys).query_async::<u64>(&mut self.conn).await?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+}
+
+impl Admin {
+    async fn delete_prefix_one_by_one(&mut self, prefix: &str) -> Result<u64> {
+        let pattern = format!("{}*", escape_glob(prefix));
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn)
+                .await?;
+            for key in keys {
+                // A replica refuses writes (READONLY): its keys go with its primary's.
+                deleted += redis::cmd("UNLINK").arg(&key).query_async::<u64>(&mut self.conn).await.unwrap_or(0);
             }
             if next == 0 {
                 return Ok(deleted);

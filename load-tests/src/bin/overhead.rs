@@ -51,6 +51,14 @@ struct Args {
     /// Redis for the gateway's store (a unique key prefix, deleted after).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// A Redis Cluster instead: every node's URL, comma-separated (the
+    /// gateway gets them as seeds; Redis counters and CPU are summed over
+    /// all of them). `scripts/redis-cluster.sh` starts one.
+    #[arg(long, value_delimiter = ',')]
+    redis_cluster: Option<Vec<String>>,
+    /// `[store] wait_replicas` of the gateway.
+    #[arg(long, default_value_t = 0)]
+    wait_replicas: u32,
     /// Concurrent chats per phase (comma-separated: one set of phases each).
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     streams: Vec<usize>,
@@ -80,6 +88,21 @@ struct Args {
     transport: TransportArgs,
 }
 
+impl Args {
+    /// The store, as the report's header names it.
+    fn store(&self) -> String {
+        match &self.redis_cluster {
+            Some(nodes) => format!(
+                "a Redis Cluster of {} nodes ({}), wait_replicas = {}",
+                nodes.len(),
+                nodes.join(", "),
+                self.wait_replicas
+            ),
+            None => self.redis.clone(),
+        }
+    }
+}
+
 /// One measured phase.
 struct Row {
     streams: usize,
@@ -107,12 +130,17 @@ async fn run(args: Args) -> Result<String> {
         gate: false,
     };
     let ramp = Duration::from_millis(args.ramp_ms);
-    let mut admin = Admin::connect(&args.redis).await?;
+    let mut admin = match &args.redis_cluster {
+        Some(nodes) => Admin::connect_nodes(nodes).await?,
+        None => Admin::connect(&args.redis).await?,
+    };
     let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
     let prefix = run_prefix();
     let options = GatewayOptions {
         upstream_h2c: args.transport.upstream_h2c,
+        redis_cluster: args.redis_cluster.clone(),
+        wait_replicas: args.wait_replicas,
         ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr)
     };
     let gateway = Gateway::start(&options).await?;
@@ -177,7 +205,7 @@ fn report(
     redis_rtt: Option<Summary>,
 ) -> String {
     let mut w = String::new();
-    context.write_header(&mut w, "Gateway overhead against the mock model", &args.redis);
+    context.write_header(&mut w, "Gateway overhead against the mock model", &args.store());
     let _ = writeln!(
         w,
         "- workload: each chat orders {} tokens {} ms apart, the first after {} ms; a phase's starts spread over {} ms",

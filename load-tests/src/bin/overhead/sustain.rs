@@ -111,7 +111,7 @@ pub async fn measure(
 
 pub fn report(context: &Context, args: &Args, order: &Order, rows: &[Row]) -> String {
     let mut w = String::new();
-    context.write_header(&mut w, "Sustained streams: the gateway against the mock model", &args.redis);
+    context.write_header(&mut w, "Sustained streams: the gateway against the mock model", &args.store());
     let _ = writeln!(
         w,
         "- workload: per phase, each of n clients starts a new chat as soon as its previous one ends; each chat orders {} tokens {} ms apart, the first after {} ms; clients start over {} ms; measured over a {} s window opening {} s after the ramp",
