@@ -96,9 +96,10 @@ wait_replicas = 1
     let config = Config::from_toml(&format!("[store]\nredis_url = \"redis://x:6379\"\n{REST}"), &env).expect("valid");
     let seeds = vec!["redis://a:7000".to_string(), "redis://b:7001".to_string()];
     assert_eq!(config.store.redis, Some(RedisTarget::Cluster(seeds)));
-    let env = env_of(&[("SWITCHBOARD_REDIS_URL", "redis://x:6379")]);
+    let env = env_of(&[("SWITCHBOARD_REDIS_URL", "redis://x:6379"), ("SWITCHBOARD_WAIT_REPLICAS", "2")]);
     let config = Config::from_toml(&text, &env).expect("valid");
     assert_eq!(config.store.redis, Some(RedisTarget::Node("redis://x:6379".into())));
+    assert_eq!(config.store.wait_replicas, 2, "the environment's wait_replicas wins");
 }
 
 #[test]
@@ -116,6 +117,7 @@ fn a_store_is_one_redis_or_one_cluster_of_redis_urls() {
     assert_eq!(path_of(bad, &[]), vec!["store.redis_cluster[1]"]);
     let zero = "[store]\nredis_url = \"redis://x\"\nwait_replicas_timeout_ms = 0\n";
     assert_eq!(path_of(zero, &[]), vec!["store.wait_replicas_timeout_ms"]);
+    assert_eq!(path_of("", &[("SWITCHBOARD_WAIT_REPLICAS", "one")]), vec!["store.wait_replicas"]);
 }
 
 #[test]

@@ -70,7 +70,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
 
     let store = StoreConfig {
         redis: validate_redis_target(&mut errors, raw.store.redis_url, raw.store.redis_cluster),
-        wait_replicas: raw.store.wait_replicas.unwrap_or(0),
+        wait_replicas: wait_replicas(&mut errors, raw.store.wait_replicas, env),
         wait_replicas_timeout: Duration::from_millis(
             positive(&mut errors, "store.wait_replicas_timeout_ms", raw.store.wait_replicas_timeout_ms).unwrap_or(500),
         ),
@@ -175,6 +175,18 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
 
 /// `[anonymous]`: an existing tenant, a subject, and at least one known
 /// dialect's routes.
+/// `store.wait_replicas`, or `SWITCHBOARD_WAIT_REPLICAS` over it (so a
+/// deployment that names its store in the environment can turn it on too).
+fn wait_replicas(errors: &mut ConfigErrors, file: Option<u32>, env: EnvLookup<'_>) -> u32 {
+    match env("SWITCHBOARD_WAIT_REPLICAS") {
+        Some(text) => text.trim().parse().unwrap_or_else(|_| {
+            errors.push("store.wait_replicas", format!("SWITCHBOARD_WAIT_REPLICAS={text:?} is not a whole number"));
+            0
+        }),
+        None => file.unwrap_or(0),
+    }
+}
+
 /// `store.redis_url` or `store.redis_cluster` (never both): every URL one
 /// the redis client accepts (`redis://`, `rediss://`, with credentials).
 fn validate_redis_target(
