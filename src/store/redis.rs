@@ -13,8 +13,11 @@
 //! - `{prefix}{t:<tenant>:s:<id>}:ws` — hash, the workspace's manifest: path →
 //!   `digest:size:mode`; `…:blobs` — hash, SHA-256 hex → content (`redis/workspace.rs`)
 //! - `{prefix}replicas` — zset instance → heartbeat deadline (server ms)
-//! - `{prefix}owned:<instance>` — set of `tenant/id` the instance owns
-//! - `{prefix}orphans` — set of `tenant/id`: active, owned by nobody
+//! - `{prefix}owned:<instance>:{b<k>}` — set of `tenant/id` the instance
+//!   owns, in 16 buckets by the session (`{prefix}owned:<instance>`, one
+//!   set, before them: still read)
+//! - `{prefix}orphans:{b<k>}` — set of `tenant/id`: active, owned by nobody,
+//!   in the same buckets (`{prefix}orphans` before them: still read)
 //! - `{prefix}relay:<relay_id>` — `tenant/id`
 //! - `{prefix}{t:<tenant>}:subj:<subject>:sessions`, `{prefix}{t:<tenant>}:sessions`
 //!   — zsets of list positions, the catalog's lists (`redis/catalog.rs`)
@@ -73,6 +76,12 @@ use crate::config::{RedisTarget, StoreConfig};
 /// are small, and a request that cannot reach Redis should get its 503
 /// within a couple of seconds.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Buckets of the ownership and orphan indexes: each bucket's sets share a
+/// hash tag (`{b<k>}`), so on a cluster the index writes of every replica
+/// and tenant spread over this many slots instead of one key per replica
+/// (and one for all orphans) that a single node would take every write of.
+const INDEX_BUCKETS: u32 = 16;
 
 /// The Lua scripts, hashed once (EVALSHA sends only the hash).
 struct Scripts {
@@ -138,10 +147,34 @@ impl Keys {
     fn replicas(&self) -> String {
         format!("{}replicas", self.prefix)
     }
-    fn owned(&self, instance: &str) -> String {
+    /// The bucket of `key`'s entries in the ownership and orphan indexes.
+    fn bucket(key: &SessionKey) -> u32 {
+        // FNV-1a: stable across builds and platforms (the bucket is part of
+        // a key name every replica must agree on).
+        let hash = key.to_member().bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+        hash % INDEX_BUCKETS
+    }
+    /// `instance`'s owned sessions of bucket `bucket`.
+    fn owned(&self, instance: &str, bucket: u32) -> String {
+        format!("{}owned:{instance}:{{b{bucket}}}", self.prefix)
+    }
+    fn owned_of(&self, instance: &str, key: &SessionKey) -> String {
+        self.owned(instance, Self::bucket(key))
+    }
+    /// Orphans of bucket `bucket`.
+    fn orphans(&self, bucket: u32) -> String {
+        format!("{}orphans:{{b{bucket}}}", self.prefix)
+    }
+    fn orphans_of(&self, key: &SessionKey) -> String {
+        self.orphans(Self::bucket(key))
+    }
+    /// The one-key indexes of builds before the buckets: still read (and
+    /// cleaned) by the sweep, so a replica of an older build that dies
+    /// during a rolling upgrade is taken over.
+    fn owned_legacy(&self, instance: &str) -> String {
         format!("{}owned:{instance}", self.prefix)
     }
-    fn orphans(&self) -> String {
+    fn orphans_legacy(&self) -> String {
         format!("{}orphans", self.prefix)
     }
     fn relay(&self, relay_id: &str) -> String {
@@ -319,7 +352,11 @@ mod tests {
         assert_eq!(keys.messages(&key), "sb:{t:acme:s:s1}:msgs");
         assert_eq!(keys.events(&key), "sb:{t:acme:s:s1}:events");
         assert_eq!(keys.replicas(), "sb:replicas");
-        assert_eq!(keys.owned("a#1"), "sb:owned:a#1");
+        assert_eq!(keys.owned("a#1", 3), "sb:owned:a#1:{b3}");
+        assert_eq!(keys.orphans(15), "sb:orphans:{b15}");
+        // A session's bucket is the same for every replica and every build.
+        assert_eq!(Keys::bucket(&key), Keys::bucket(&SessionKey::new("acme", "s1")));
+        assert_eq!(keys.owned_of("a#1", &key), keys.owned("a#1", Keys::bucket(&key)));
         assert_eq!(keys.relay("r1"), "sb:relay:r1");
         assert_eq!(keys.channel(&key), "sb:{t:acme:s:s1}:n");
     }

@@ -112,7 +112,7 @@ impl Catalog for RedisStore {
             spread.hint().cmd("DEL").arg(self.keys.relay(relay_id));
         }
         if let Some(owner) = &deletion.owner {
-            spread.hint().cmd("SREM").arg(self.keys.owned(owner)).arg(key.to_member());
+            spread.hint().cmd("SREM").arg(self.keys.owned_of(owner, key)).arg(key.to_member());
         }
         if let Err(e) = conn.send(spread).await {
             tracing::warn!(session = %key.id, error = %map_err(e), "session deleted; its list entries are pruned later");

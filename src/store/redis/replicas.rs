@@ -1,12 +1,13 @@
 //! Instances and what they own, in Redis: heartbeats in one zset scored by
-//! deadline (`lua/heartbeat.lua`, by the server's clock), a set of owned
-//! sessions per instance, and the set of orphans.
+//! deadline (`lua/heartbeat.lua`, by the server's clock), the sessions each
+//! instance owns and the orphans, each index in buckets (see `Keys::bucket`)
+//! read together in one batch.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{RedisStore, map_err, millis};
+use super::{INDEX_BUCKETS, RedisStore, conn::Spread, map_err, millis};
 use crate::store::{Replicas, SessionKey, StoreError};
 
 #[async_trait]
@@ -61,27 +62,35 @@ impl Replicas for RedisStore {
     }
 
     async fn owned(&self, instance: &str, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
-        let members: Vec<String> = redis::cmd("SRANDMEMBER")
-            .arg(self.keys.owned(instance))
-            .arg(limit.min(i64::MAX as usize))
-            .query_async(&mut self.connection())
-            .await
-            .map_err(map_err)?;
-        Ok(members.iter().filter_map(|m| SessionKey::from_member(m)).collect())
+        let sets: Vec<String> = (0..INDEX_BUCKETS)
+            .map(|b| self.keys.owned(instance, b))
+            .chain([self.keys.owned_legacy(instance)])
+            .collect();
+        self.sample(&sets, limit).await
     }
 
     async fn disown(&self, instance: &str, keys: &[SessionKey]) -> Result<(), StoreError> {
         let mut conn = self.connection();
         if !keys.is_empty() {
-            let mut srem = redis::cmd("SREM");
-            srem.arg(self.keys.owned(instance));
+            let mut spread = Spread::default();
             for key in keys {
-                srem.arg(key.to_member());
+                let member = key.to_member();
+                spread.answered().cmd("SREM").arg(self.keys.owned_of(instance, key)).arg(&member);
+                spread.answered().cmd("SREM").arg(self.keys.owned_legacy(instance)).arg(&member);
             }
-            srem.query_async::<i64>(&mut conn).await.map_err(map_err)?;
+            for reply in conn.send(spread).await.map_err(map_err)? {
+                reply.map_err(map_err)?;
+            }
         }
-        let left: i64 =
-            redis::cmd("SCARD").arg(self.keys.owned(instance)).query_async(&mut conn).await.map_err(map_err)?;
+        let mut spread = Spread::default();
+        for bucket in 0..INDEX_BUCKETS {
+            spread.answered().cmd("SCARD").arg(self.keys.owned(instance, bucket));
+        }
+        spread.answered().cmd("SCARD").arg(self.keys.owned_legacy(instance));
+        let mut left = 0;
+        for reply in conn.send(spread).await.map_err(map_err)? {
+            left += redis::from_redis_value::<u64>(reply.map_err(map_err)?).map_err(|e| map_err(e.into()))?;
+        }
         if left == 0 {
             let _: i64 = self
                 .scripts
@@ -96,22 +105,38 @@ impl Replicas for RedisStore {
     }
 
     async fn orphans(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
-        let members: Vec<String> = redis::cmd("SRANDMEMBER")
-            .arg(self.keys.orphans())
-            .arg(limit.min(i64::MAX as usize))
-            .query_async(&mut self.connection())
-            .await
-            .map_err(map_err)?;
-        Ok(members.iter().filter_map(|m| SessionKey::from_member(m)).collect())
+        let sets: Vec<String> =
+            (0..INDEX_BUCKETS).map(|b| self.keys.orphans(b)).chain([self.keys.orphans_legacy()]).collect();
+        self.sample(&sets, limit).await
     }
 
     async fn adopted(&self, key: &SessionKey) -> Result<(), StoreError> {
-        redis::cmd("SREM")
-            .arg(self.keys.orphans())
-            .arg(key.to_member())
-            .query_async::<i64>(&mut self.connection())
-            .await
-            .map(drop)
-            .map_err(map_err)
+        let member = key.to_member();
+        let mut spread = Spread::default();
+        spread.answered().cmd("SREM").arg(self.keys.orphans_of(key)).arg(&member);
+        spread.answered().cmd("SREM").arg(self.keys.orphans_legacy()).arg(&member);
+        for reply in self.connection().send(spread).await.map_err(map_err)? {
+            reply.map_err(map_err)?;
+        }
+        Ok(())
+    }
+}
+
+impl RedisStore {
+    /// Up to `limit` members of the sets `sets` (buckets of one index),
+    /// drawn at random from each (`SRANDMEMBER`), in one batch.
+    async fn sample(&self, sets: &[String], limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        let mut spread = Spread::default();
+        for set in sets {
+            spread.answered().cmd("SRANDMEMBER").arg(set).arg(limit.min(i64::MAX as usize));
+        }
+        let mut keys = Vec::new();
+        for reply in self.connection().send(spread).await.map_err(map_err)? {
+            let members: Vec<String> =
+                redis::from_redis_value(reply.map_err(map_err)?).map_err(|e| map_err(e.into()))?;
+            keys.extend(members.iter().filter_map(|m| SessionKey::from_member(m)));
+        }
+        keys.truncate(limit);
+        Ok(keys)
     }
 }

@@ -115,19 +115,19 @@ impl RedisStore {
             match &commit.owner {
                 OwnerChange::Keep => {}
                 OwnerChange::Acquire(instance) => {
-                    spread.hint().cmd("SADD").arg(self.keys.owned(instance)).arg(&member);
+                    spread.hint().cmd("SADD").arg(self.keys.owned_of(instance, &commit.key)).arg(&member);
                     // A session being created was never an orphan.
                     if commit.fence != Fence::Absent {
-                        spread.hint().cmd("SREM").arg(self.keys.orphans()).arg(&member);
+                        spread.hint().cmd("SREM").arg(self.keys.orphans_of(&commit.key)).arg(&member);
                     }
                 }
                 OwnerChange::Release => {
                     if let Fence::Owner { instance, .. } = &commit.fence {
-                        spread.hint().cmd("SREM").arg(self.keys.owned(instance)).arg(&member);
+                        spread.hint().cmd("SREM").arg(self.keys.owned_of(instance, &commit.key)).arg(&member);
                     }
                     let active = commit.state.as_ref().is_none_or(|s| matches!(s.status, "running" | "awaiting_relay"));
                     if active {
-                        spread.hint().cmd("SADD").arg(self.keys.orphans()).arg(&member);
+                        spread.hint().cmd("SADD").arg(self.keys.orphans_of(&commit.key)).arg(&member);
                         spread.hint().cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o");
                     }
                 }

@@ -217,3 +217,37 @@ async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
     commit_one(&store, replace).await.unwrap();
     assert_eq!(load(&store, &k).await.message_count, 1);
 }
+
+/// Builds before the bucketed indexes kept one `owned:<instance>` set and
+/// one `orphans` set: a replica of such a build that dies during a rolling
+/// upgrade is still found, taken over and forgotten.
+#[tokio::test]
+async fn the_one_set_indexes_of_older_builds_are_still_swept() {
+    let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (owned, orphan) = (key("acme", "old-owned"), key("acme", "old-orphan"));
+    let _: i64 = redis::cmd("SADD")
+        .arg(format!("{prefix}owned:old#1"))
+        .arg(owned.to_member())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg(format!("{prefix}orphans"))
+        .arg(orphan.to_member())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    store.replicas.heartbeat("old#1", Duration::from_millis(1)).await.unwrap();
+
+    assert_eq!(store.replicas.owned("old#1", 10).await.unwrap(), vec![owned.clone()]);
+    assert_eq!(store.replicas.orphans(10).await.unwrap(), vec![orphan.clone()]);
+    store.replicas.disown("old#1", std::slice::from_ref(&owned)).await.unwrap();
+    store.replicas.adopted(&orphan).await.unwrap();
+    assert!(store.replicas.owned("old#1", 10).await.unwrap().is_empty());
+    assert!(store.replicas.orphans(10).await.unwrap().is_empty());
+    // Owning nothing any more, the old replica is forgotten.
+    let dead: Vec<String> = store.replicas.dead(10).await.unwrap();
+    assert!(!dead.contains(&"old#1".to_string()), "{dead:?}");
+}
