@@ -8,7 +8,7 @@
 #
 # start runs N*(1+R) nodes (N defaults to 3, at least 3; R, the replicas per
 # primary, to 0) on ports BASE..BASE+N*(1+R)-1, their cluster bus on port +
-# 10000, each with its config, pidfile and log in DIR/<port>/; joins them with
+# 10000, each with its config (redis.conf), pidfile and log in DIR/<port>/; joins them with
 # `redis-cli --cluster create` (the first N ports become the primaries); waits
 # (at most about 20 s) until every node says cluster_state:ok, covers all
 # 16384 slots and knows every other node in its role, every replica's link to
@@ -215,20 +215,25 @@ cmd_start() {
     echo "starting ${#ports[@]} redis-server nodes on 127.0.0.1:$base-$last in $dir" >&2
     for port in "${ports[@]}"; do
         mkdir -p "$dir/$port"
-        redis-server \
-            --port "$port" \
-            --bind 127.0.0.1 \
-            --cluster-enabled yes \
-            --cluster-config-file "$dir/$port/nodes.conf" \
-            --cluster-node-timeout "$node_timeout" \
-            --dir "$dir/$port" \
-            --save '' \
-            --appendonly no \
-            --repl-diskless-sync-delay 0 \
-            --daemonize yes \
-            --pidfile "$dir/$port/redis.pid" \
-            --logfile "$dir/$port/redis.log" \
-            >/dev/null || { logs_tail "$dir"; die "redis-server on port $port did not start"; }
+        # The node's settings in a file of its own, so that starting it
+        # again (`redis-server DIR/<port>/redis.conf`, as the failover test
+        # does) gives it the same ones.
+        cat >"$dir/$port/redis.conf" <<CONF
+port $port
+bind 127.0.0.1
+cluster-enabled yes
+cluster-config-file $dir/$port/nodes.conf
+cluster-node-timeout $node_timeout
+dir $dir/$port
+save ""
+appendonly no
+repl-diskless-sync-delay 0
+daemonize yes
+pidfile $dir/$port/redis.pid
+logfile $dir/$port/redis.log
+CONF
+        redis-server "$dir/$port/redis.conf" >/dev/null \
+            || { logs_tail "$dir"; die "redis-server on port $port did not start"; }
     done
 
     local pending

@@ -203,61 +203,43 @@ impl Admin {
     }
 
     /// Deletes every key starting with `prefix` (SCAN + UNLINK on each
-    /// node; one key each, so no cross-slot UNLINK); their count.
+    /// node); their count.
     pub async fn delete_prefix(&mut self, prefix: &str) -> Result<u64> {
-        if !self.nodes.is_empty() {
-            let mut deleted = 0;
-            for node in self.nodes.clone() {
-                deleted += Admin { conn: node, nodes: Vec::new() }.delete_prefix_one_by_one(prefix).await?;
-            }
-            return Ok(deleted);
-        }
-        let pattern = format!("{}*", escape_glob(prefix));
-        let mut cursor: u64 = 0;
         let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut self.conn)
-                .await?;
-            if !keys.is_empty() {
-                deleted += redis::cmd("UNLINK").arg(&keys).query_async::<u64>(&mut self.conn).await?;
-            }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
+        for node in self.all() {
+            deleted += delete_prefix_on(node, prefix, !self.nodes.is_empty()).await?;
         }
+        Ok(deleted)
     }
 }
 
-impl Admin {
-    async fn delete_prefix_one_by_one(&mut self, prefix: &str) -> Result<u64> {
-        let pattern = format!("{}*", escape_glob(prefix));
-        let mut cursor: u64 = 0;
-        let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut self.conn)
-                .await?;
+/// [`Admin::delete_prefix`] on one node. On a cluster's node one key per
+/// `UNLINK` (a page's keys are of many slots), and a replica's refusal
+/// (READONLY) is no error: its keys go with its primary's.
+async fn delete_prefix_on(mut conn: MultiplexedConnection, prefix: &str, cluster: bool) -> Result<u64> {
+    let pattern = format!("{}*", escape_glob(prefix));
+    let mut cursor: u64 = 0;
+    let mut deleted = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        if cluster {
             for key in keys {
-                // A replica refuses writes (READONLY): its keys go with its primary's.
-                deleted += redis::cmd("UNLINK").arg(&key).query_async::<u64>(&mut self.conn).await.unwrap_or(0);
+                deleted += redis::cmd("UNLINK").arg(&key).query_async::<u64>(&mut conn).await.unwrap_or(0);
             }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
+        } else if !keys.is_empty() {
+            deleted += redis::cmd("UNLINK").arg(&keys).query_async::<u64>(&mut conn).await?;
         }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
     }
 }
 

@@ -47,8 +47,8 @@
 //! requests. Anything that blocks (pub/sub) uses a connection made for it.
 //! Batches that span slots (a group commit of several sessions with their
 //! index hints, a delete's clean-up, a list's documents) go through
-//! [`conn::Spread`]: one pipeline on one Redis, one unit per slot on a
-//! cluster.
+//! [`conn::Spread`]: one pipeline on one Redis, each command routed to its
+//! slot's node on a cluster.
 
 mod catalog;
 mod conn;

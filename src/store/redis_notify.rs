@@ -63,7 +63,7 @@ impl Subscriber {
     /// `orphans` is the channel of hand-off announcements, always listened to.
     pub(super) fn spawn(client: redis::Client, notices: mpsc::Sender<Notice>, orphans: String) -> Self {
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
-        let task = Task { client, notices, commands: receiver, watched: HashMap::new(), orphans };
+        let task = Task { client, notices, commands: receiver, watched: Watches::default(), orphans };
         Self { commands, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) }
     }
 
@@ -102,9 +102,61 @@ impl Subscriber {
     }
 }
 
-pub(super) struct Watched {
-    pub(super) key: SessionKey,
-    pub(super) count: usize,
+struct Watched {
+    key: SessionKey,
+    count: usize,
+}
+
+/// The channels a subscription listens to, each with the session it is
+/// about and how many watchers it has; and what a message on one means.
+/// Both subscription tasks (one Redis, a cluster) keep theirs in one.
+#[derive(Default)]
+pub(super) struct Watches {
+    channels: HashMap<String, Watched>,
+}
+
+impl Watches {
+    /// Counts one more watcher of `channel`; true for its first (subscribe).
+    pub(super) fn add(&mut self, channel: &str, key: SessionKey) -> bool {
+        let watched = self.channels.entry(channel.to_string()).or_insert(Watched { key, count: 0 });
+        watched.count += 1;
+        watched.count == 1
+    }
+
+    /// Counts one fewer; true when that was the last (unsubscribe).
+    pub(super) fn remove(&mut self, channel: &str) -> bool {
+        let Some(watched) = self.channels.get_mut(channel) else { return false };
+        watched.count -= 1;
+        if watched.count > 0 {
+            return false;
+        }
+        self.channels.remove(channel);
+        true
+    }
+
+    pub(super) fn contains(&self, channel: &str) -> bool {
+        self.channels.contains_key(channel)
+    }
+
+    pub(super) fn channels(&self) -> impl Iterator<Item = &String> {
+        self.channels.keys()
+    }
+
+    /// The notice a message on `channel` carries: [`Notice::Orphaned`] on
+    /// the hand-off channel `orphans`; none for a channel no longer watched
+    /// (published just before an unsubscribe) or an unreadable payload
+    /// (logged).
+    pub(super) fn notice(&self, orphans: &str, channel: &str, payload: &[u8]) -> Option<Notice> {
+        if channel == orphans {
+            return Some(Notice::Orphaned);
+        }
+        let watched = self.channels.get(channel)?;
+        let notice = parse_notice(&watched.key, payload);
+        if notice.is_none() {
+            tracing::warn!(channel, "unreadable notification ignored");
+        }
+        notice
+    }
 }
 
 struct Task {
@@ -112,7 +164,7 @@ struct Task {
     notices: mpsc::Sender<Notice>,
     commands: mpsc::Receiver<Command>,
     /// Channel → the session it is about and how many watchers it has.
-    watched: HashMap<String, Watched>,
+    watched: Watches,
     /// The hand-off channel ([`Notice::Orphaned`]).
     orphans: String,
 }
@@ -182,7 +234,7 @@ impl Task {
             .map_err(|e| e.to_string())?;
         let (mut sink, stream) = pubsub.split();
         subscribe(&mut sink, &self.orphans).await?;
-        for channel in self.watched.keys() {
+        for channel in self.watched.channels() {
             subscribe(&mut sink, channel).await?;
         }
         Ok((sink, stream))
@@ -246,26 +298,20 @@ impl Task {
     async fn apply(&mut self, command: Command, sink: Option<&mut PubSubSink>) -> Result<(), String> {
         match command {
             Command::Watch { channel, key, done } => {
-                let watched = self.watched.entry(channel.clone()).or_insert(Watched { key, count: 0 });
-                watched.count += 1;
+                let first = self.watched.add(&channel, key);
                 let result = match sink {
-                    Some(sink) if watched.count == 1 => subscribe(sink, &channel).await,
+                    Some(sink) if first => subscribe(sink, &channel).await,
                     _ => Ok(()),
                 };
                 let _ = done.send(());
                 result
             }
             Command::Unwatch { channel, done } => {
-                let mut result = Ok(());
-                if let Some(watched) = self.watched.get_mut(&channel) {
-                    watched.count -= 1;
-                    if watched.count == 0 {
-                        self.watched.remove(&channel);
-                        if let Some(sink) = sink {
-                            result = unsubscribe(sink, &channel).await;
-                        }
-                    }
-                }
+                let last = self.watched.remove(&channel);
+                let result = match sink {
+                    Some(sink) if last => unsubscribe(sink, &channel).await,
+                    _ => Ok(()),
+                };
                 let _ = done.send(());
                 result
             }
@@ -276,19 +322,12 @@ impl Task {
     /// behind rather than dropping it. Messages of channels no longer watched
     /// (published just before an UNSUBSCRIBE) are ignored.
     async fn deliver(&self, message: &redis::Msg) {
-        if message.get_channel_name() == self.orphans {
-            let _ = self.notices.send(Notice::Orphaned).await;
-            return;
+        if let Some(notice) =
+            self.watched.notice(&self.orphans, message.get_channel_name(), message.get_payload_bytes())
+        {
+            // An error means the session layer is gone (shutting down): nothing to do.
+            let _ = self.notices.send(notice).await;
         }
-        let Some(watched) = self.watched.get(message.get_channel_name()) else {
-            return;
-        };
-        let Some(notice) = parse_notice(&watched.key, message.get_payload_bytes()) else {
-            tracing::warn!(channel = message.get_channel_name(), "unreadable notification ignored");
-            return;
-        };
-        // An error means the session layer is gone (shutting down): nothing to do.
-        let _ = self.notices.send(notice).await;
     }
 }
 
@@ -308,7 +347,7 @@ async fn unsubscribe(sink: &mut PubSubSink, channel: &str) -> Result<(), String>
 
 /// `e:<last_seq>:<replica>` (or `e:<last_seq>`) → [`Notice::Appended`];
 /// `w` → [`Notice::Wake`].
-pub(super) fn parse_notice(key: &SessionKey, payload: &[u8]) -> Option<Notice> {
+fn parse_notice(key: &SessionKey, payload: &[u8]) -> Option<Notice> {
     let payload = std::str::from_utf8(payload).ok()?;
     if payload == "w" {
         return Some(Notice::Wake { key: key.clone() });

@@ -18,7 +18,7 @@
 //! topology), with backoff until all of them are confirmed, and then sends
 //! [`Notice::Resubscribed`] so followers re-read their logs.
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value, cluster::ClusterClient, cluster_async::ClusterConnection};
 use tokio::{
@@ -28,7 +28,7 @@ use tokio::{
 
 use super::{
     Notice,
-    redis_notify::{Command, Watched, parse_notice},
+    redis_notify::{Command, Watches},
 };
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -46,7 +46,7 @@ pub(super) struct Task {
 
 struct State {
     connection: Option<ClusterConnection>,
-    watched: HashMap<String, Watched>,
+    watched: Watches,
     /// When to subscribe everything again (None: all confirmed).
     repair_at: Option<Instant>,
     backoff: Duration,
@@ -58,7 +58,7 @@ impl Task {
     pub(super) async fn run(mut self) {
         let mut state = State {
             connection: None,
-            watched: HashMap::new(),
+            watched: Watches::default(),
             repair_at: Some(Instant::now()),
             backoff: MIN_BACKOFF,
             owe_resubscribed: false,
@@ -99,17 +99,8 @@ impl Task {
                 let [Value::BulkString(channel), Value::BulkString(payload), ..] = push.data.as_slice() else {
                     return;
                 };
-                let channel = String::from_utf8_lossy(channel);
-                if channel == self.orphans {
-                    let _ = self.notices.send(Notice::Orphaned).await;
-                    return;
-                }
-                let Some(watched) = state.watched.get(channel.as_ref()) else { return };
-                match parse_notice(&watched.key, payload) {
-                    Some(notice) => {
-                        let _ = self.notices.send(notice).await;
-                    }
-                    None => tracing::warn!(channel = %channel, "unreadable notification ignored"),
+                if let Some(notice) = state.watched.notice(&self.orphans, &String::from_utf8_lossy(channel), payload) {
+                    let _ = self.notices.send(notice).await;
                 }
             }
             PushKind::Disconnection => state.lost("a node's connection dropped"),
@@ -118,7 +109,7 @@ impl Task {
             // longer watched.
             PushKind::SUnsubscribe => {
                 if let [Value::BulkString(channel), ..] = push.data.as_slice()
-                    && state.watched.contains_key(String::from_utf8_lossy(channel).as_ref())
+                    && state.watched.contains(&String::from_utf8_lossy(channel))
                 {
                     state.lost("the cluster moved a watched channel");
                 }
@@ -140,7 +131,7 @@ impl Task {
             }
             let connection = state.connection.as_mut().expect("connected above");
             command_on(connection, "SUBSCRIBE", &self.orphans).await?;
-            let channels: Vec<String> = state.watched.keys().cloned().collect();
+            let channels: Vec<String> = state.watched.channels().cloned().collect();
             for channel in channels {
                 command_on(connection, "SSUBSCRIBE", &channel).await?;
             }
@@ -186,9 +177,7 @@ impl State {
     async fn apply(&mut self, command: Command) {
         match command {
             Command::Watch { channel, key, done } => {
-                let watched = self.watched.entry(channel.clone()).or_insert(Watched { key, count: 0 });
-                watched.count += 1;
-                if watched.count == 1
+                if self.watched.add(&channel, key)
                     && self.repair_at.is_none()
                     && let Some(connection) = self.connection.as_mut()
                     && command_on(connection, "SSUBSCRIBE", &channel).await.is_err()
@@ -198,16 +187,12 @@ impl State {
                 let _ = done.send(());
             }
             Command::Unwatch { channel, done } => {
-                if let Some(watched) = self.watched.get_mut(&channel) {
-                    watched.count -= 1;
-                    if watched.count == 0 {
-                        self.watched.remove(&channel);
-                        if let Some(connection) = self.connection.as_mut() {
-                            // A failure leaves a subscription nobody reads:
-                            // its messages are ignored.
-                            let _ = command_on(connection, "SUNSUBSCRIBE", &channel).await;
-                        }
-                    }
+                // A failure leaves a subscription nobody reads: its
+                // messages are ignored.
+                if self.watched.remove(&channel)
+                    && let Some(connection) = self.connection.as_mut()
+                {
+                    let _ = command_on(connection, "SUNSUBSCRIBE", &channel).await;
                 }
                 let _ = done.send(());
             }

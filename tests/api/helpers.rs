@@ -330,6 +330,29 @@ impl SharedStore {
     }
 }
 
+/// Runs each `async fn $name(store: SharedStore)` of the calling module as
+/// two tests, `$name::redis` and `$name::redis_cluster`: the tests of
+/// several replicas, on one Redis and on a Redis Cluster.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use crate::helpers::SharedStore;
+
+            #[tokio::test]
+            async fn redis() {
+                super::$name(SharedStore::Redis).await
+            }
+
+            #[tokio::test]
+            async fn redis_cluster() {
+                super::$name(SharedStore::Cluster).await
+            }
+        }
+    )*};
+}
+
+pub(crate) use on_both_stores;
+
 /// `n` replicas (`a`, `b`, `c`) sharing one Redis prefix and one mock
 /// upstream; `tweak` adjusts each replica's options.
 pub async fn spawn_replicas(n: usize, tweak: impl Fn(&mut AppOptions)) -> Vec<TestApp> {

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{AppOptions, SharedStore, TestApp, assert_error, spawn_replica, unique_prefix},
+    helpers::{AppOptions, SharedStore, TestApp, assert_error, on_both_stores, spawn_replica, unique_prefix},
     sse::{Frame, SseReader, seqs},
     support::{
         mock_upstream::{MockUpstream, Reply},
@@ -187,17 +187,12 @@ async fn anthropic_fragments_and_parallel_calls_are_assembled_and_run() {
     fragments_and_parallel_calls_are_assembled_and_run("claude").await;
 }
 
-#[tokio::test]
-async fn a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a() {
-    relay_decided_on_b_resumes_a(SharedStore::Redis).await
-}
+on_both_stores!(
+    a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a,
+    cancel_stops_a_running_turn_from_another_replica,
+);
 
-#[tokio::test]
-async fn a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a_on_a_redis_cluster() {
-    relay_decided_on_b_resumes_a(SharedStore::Cluster).await
-}
-
-async fn relay_decided_on_b_resumes_a(store: SharedStore) {
+async fn a_relay_decided_on_replica_b_resumes_the_turn_waiting_on_replica_a(store: SharedStore) {
     let w = world(2, |o| store.apply(o)).await;
     w.upstream.push(Reply::new().tool_call("call_r", "refund", [r#"{"order":"9"}"#]));
     w.upstream.push(Reply::new().text(["Refunded."]));
@@ -381,17 +376,7 @@ async fn the_iteration_limit_ends_the_turn_with_max_iterations() {
     assert_eq!(w.upstream.calls(), 2);
 }
 
-#[tokio::test]
-async fn cancel_stops_a_running_turn_from_another_replica() {
-    cancel_from_another_replica(SharedStore::Redis).await
-}
-
-#[tokio::test]
-async fn cancel_stops_a_running_turn_from_another_replica_on_a_redis_cluster() {
-    cancel_from_another_replica(SharedStore::Cluster).await
-}
-
-async fn cancel_from_another_replica(store: SharedStore) {
+async fn cancel_stops_a_running_turn_from_another_replica(store: SharedStore) {
     let w = world(2, |o| store.apply(o)).await;
     w.upstream.push(Reply::new().text(["thinking", " hard"]).stall_after(1));
     let id = w.session(0, "mock", json!({})).await;

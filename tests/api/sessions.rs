@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use switchboard::sessions::TurnRunner;
 
 use crate::{
-    helpers::{AppOptions, SharedStore, TestApp, assert_error, spawn_replicas},
+    helpers::{AppOptions, SharedStore, TestApp, assert_error, on_both_stores, spawn_replicas},
     sse::{SseReader, seqs},
     support::runner::ScriptedRunner,
 };
@@ -35,25 +35,6 @@ async fn replicas_on(
         tweak(options);
     })
     .await
-}
-
-/// The tests of several replicas run on one Redis and on a Redis Cluster.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use crate::helpers::SharedStore;
-
-            #[tokio::test]
-            async fn redis() {
-                super::$name(SharedStore::Redis).await
-            }
-
-            #[tokio::test]
-            async fn redis_cluster() {
-                super::$name(SharedStore::Cluster).await
-            }
-        }
-    )*};
 }
 
 on_both_stores!(

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     checks::{self, Expect},
-    client::{Dialect, FollowSpec, Follower},
     cluster::{Cluster, ClusterOptions, ClusterShape},
     transcript::Transcript,
 };
@@ -89,18 +88,7 @@ async fn failover(wait_replicas: u32) -> usize {
     // What every client saw is what the log holds now, read back afresh.
     let mut lost = 0;
     for (session, transcript) in &seen {
-        let log = Follower::spawn(FollowSpec {
-            urls: cluster.urls(),
-            token: cluster.token.clone(),
-            session_id: session.clone(),
-            cursor: 0,
-            first: None,
-            start: 0,
-            timeout: Duration::from_secs(10),
-            dialect: Dialect::Native,
-        })
-        .finish()
-        .await;
+        let log = cluster.event_log(0, session).await;
         lost += transcript
             .log_events()
             .filter(|event| !log.log_events().any(|e| e.seq == event.seq && e.data == event.data))

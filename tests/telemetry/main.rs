@@ -6,6 +6,8 @@
 // The shared helpers are used here only in part.
 #![allow(dead_code)]
 
+// (Its test macros too: the multi-replica tests are the API binary's.)
+#[allow(unused_macros, unused_imports)]
 #[path = "../api/helpers.rs"]
 mod helpers;
 #[path = "../api/sse.rs"]

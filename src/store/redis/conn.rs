@@ -74,68 +74,51 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
-    /// Sends a [`Spread`]: the answered units' replies, in order (an error
-    /// reply is that unit's `Err`; the outer error is a failed exchange).
+    /// Sends a [`Spread`]: the answered commands' replies, in order (an
+    /// error reply is that command's `Err`; the outer error is a failed
+    /// exchange).
     ///
-    /// One Redis: every unit in one pipeline, one write and one read, the
-    /// hints after the units before them as written. A cluster: first the
-    /// answered units, each routed to its slot's node and all in flight at
-    /// once (the client pipelines those of one node on its connection),
-    /// then the hints the same way. A hint never goes before the write it
-    /// follows, so a replica that hears of an orphan finds it released.
-    /// Hints' failures are logged, not returned: they are hints (see the
-    /// callers for what a lost one costs).
-    pub(super) async fn send(&mut self, spread: Spread) -> RedisResult<Vec<RedisResult<Value>>> {
+    /// One Redis: the batch as it was built, one pipeline, one write and
+    /// one read, each hint after the commands before it. A cluster: first
+    /// the answered commands, each routed to its slot's node and all in
+    /// flight at once (the client pipelines those of one node on its
+    /// connection), then the hints the same way, so a hint never goes
+    /// before the write it follows (a replica that hears of an orphan finds
+    /// it released). Hints' failures are logged, not returned: they are
+    /// hints (see the callers for what a lost one costs).
+    pub(super) async fn send(&mut self, mut spread: Spread) -> RedisResult<Vec<RedisResult<Value>>> {
+        debug_assert_eq!(spread.pipe.len(), spread.answered.len(), "one command per answered()/hint()");
+        if spread.pipe.is_empty() {
+            return Ok(Vec::new());
+        }
         match self {
             Conn::Node(manager) => {
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors();
-                for (unit, answered) in &spread.units {
-                    for cmd in unit.cmd_iter() {
-                        pipe.add_command(cmd.clone());
-                        if !answered {
-                            pipe.ignore();
-                        }
-                    }
-                }
-                if pipe.is_empty() {
-                    return Ok(Vec::new());
-                }
-                pipe.query_async(manager).await
+                spread.pipe.ignore_errors();
+                let replies: Vec<RedisResult<Value>> = spread.pipe.query_async(manager).await?;
+                Ok(replies
+                    .into_iter()
+                    .zip(&spread.answered)
+                    .filter(|(_, answered)| **answered)
+                    .map(|(r, _)| r)
+                    .collect())
             }
             Conn::Cluster(cluster) => {
                 let connection = cluster.get().await?;
-                let run = |units: Vec<Pipeline>| {
-                    join_all(units.into_iter().map(|mut unit| {
-                        let mut connection = connection.clone();
-                        async move {
-                            unit.ignore_errors();
-                            let replies: RedisResult<Vec<RedisResult<Value>>> = unit.query_async(&mut connection).await;
-                            replies
-                        }
-                    }))
+                let run = |answered: bool| {
+                    join_all(spread.pipe.cmd_iter().zip(&spread.answered).filter(move |(_, a)| **a == answered).map(
+                        |(cmd, _)| {
+                            let mut connection = connection.clone();
+                            async move { cmd.query_async::<Value>(&mut connection).await }
+                        },
+                    ))
                 };
-                let (answered, hints): (Vec<_>, Vec<_>) = spread.units.into_iter().partition(|(_, answered)| *answered);
-                let replies = run(answered.into_iter().map(|(unit, _)| unit).collect()).await;
-                let mut out = Vec::with_capacity(replies.len());
-                for reply in replies {
-                    match reply {
-                        Ok(values) => out.extend(values),
-                        // The exchange failed for this unit alone: its
-                        // commands' outcome is unknown, like a lost answer.
-                        Err(error) => out.push(Err(error)),
-                    }
-                }
-                for reply in run(hints.into_iter().map(|(unit, _)| unit).collect()).await {
-                    let failed = match reply {
-                        Ok(values) => values.into_iter().find_map(Result::err),
-                        Err(error) => Some(error),
-                    };
-                    if let Some(error) = failed {
+                let replies = run(true).await;
+                for hint in run(false).await {
+                    if let Err(error) = hint {
                         tracing::warn!(%error, "an index hint was not written");
                     }
                 }
-                Ok(out)
+                Ok(replies)
             }
         }
     }
@@ -176,25 +159,28 @@ impl Conn {
     }
 }
 
-/// Commands of several slots sent as one batch ([`Conn::send`]). A unit
-/// is a pipeline whose commands share one slot; its replies are wanted
-/// (a session's commit script) or not (a hint: an index entry in another
-/// slot that the sweep or a reader re-checks and repairs).
+/// Commands of several slots sent as one batch ([`Conn::send`]): each is
+/// answered (its reply comes back: a session's commit script) or a hint (an
+/// index entry in another slot, whose reply is not wanted; whoever finds it
+/// re-checks it against the session). Each `answered()`/`hint()` takes
+/// exactly one command.
 #[derive(Default)]
 pub(super) struct Spread {
-    units: Vec<(Pipeline, bool)>,
+    pipe: Pipeline,
+    /// Per command of `pipe`: answered (true) or a hint.
+    answered: Vec<bool>,
 }
 
 impl Spread {
-    /// A unit whose replies come back from [`Conn::send`].
+    /// Where the next command goes; its reply comes back from [`Conn::send`].
     pub(super) fn answered(&mut self) -> &mut Pipeline {
-        self.units.push((redis::pipe(), true));
-        &mut self.units.last_mut().expect("just pushed").0
+        self.answered.push(true);
+        &mut self.pipe
     }
 
-    /// A unit whose replies are not wanted.
+    /// Where the next command goes; its reply is not wanted.
     pub(super) fn hint(&mut self) -> &mut Pipeline {
-        self.units.push((redis::pipe(), false));
-        &mut self.units.last_mut().expect("just pushed").0
+        self.answered.push(false);
+        &mut self.pipe
     }
 }

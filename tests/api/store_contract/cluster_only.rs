@@ -86,14 +86,5 @@ async fn a_sessions_keys_share_a_node_and_sessions_of_a_hundred_tenants_spread_w
 #[tokio::test]
 async fn a_cluster_store_opens_while_the_cluster_is_down_and_reports_it_unavailable() {
     // Nothing listens on port 1: the cluster's first command connects, and fails.
-    let h = open_store(Some(RedisTarget::Cluster(vec!["redis://127.0.0.1:1".to_string()])), 100);
-    let k = key("acme", "s1");
-    assert!(matches!(h.store.health.ping().await, Err(StoreError::Unavailable(_))));
-    assert!(matches!(h.store.sessions.load(&k, true).await, Err(StoreError::Unavailable(_))));
-    let commits = [Commit::new(k.clone(), Fence::Absent, "a"), Commit::new(key("acme", "s2"), Fence::Absent, "a")];
-    let results = h.store.sessions.commit(&commits).await;
-    assert!(results.iter().all(|r| matches!(r, Err(CommitError::Store(StoreError::Unavailable(_))))), "{results:?}");
-    // Watching only registers while the subscription is down.
-    let watched = tokio::time::timeout(Duration::from_secs(5), h.store.notifications.watch(&k)).await;
-    assert_eq!(watched.expect("watch answers while the cluster is down"), Ok(()));
+    super::redis_only::opens_while_nothing_answers(RedisTarget::Cluster(vec!["redis://127.0.0.1:1".to_string()])).await;
 }

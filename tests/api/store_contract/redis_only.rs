@@ -18,7 +18,13 @@ use super::*;
 #[tokio::test]
 async fn a_redis_store_opens_while_redis_is_down_and_reports_it_unavailable() {
     // Nothing listens on port 1.
-    let mut h = open_store(Some(RedisTarget::Node("redis://127.0.0.1:1".to_string())), 100);
+    opens_while_nothing_answers(RedisTarget::Node("redis://127.0.0.1:1".to_string())).await;
+}
+
+/// A store of `target`, where nothing answers, opens; every call is
+/// `Unavailable`, and a watch only registers (no notice yet).
+pub(super) async fn opens_while_nothing_answers(target: RedisTarget) {
+    let mut h = open_store(Some(target), 100);
     let k = key("acme", "s1");
     assert!(matches!(h.store.health.ping().await, Err(StoreError::Unavailable(_))));
     assert!(matches!(h.store.sessions.load(&k, true).await, Err(StoreError::Unavailable(_))));
@@ -27,7 +33,7 @@ async fn a_redis_store_opens_while_redis_is_down_and_reports_it_unavailable() {
     assert!(results.iter().all(|r| matches!(r, Err(CommitError::Store(StoreError::Unavailable(_))))), "{results:?}");
     // Watching only registers while the subscription is down.
     let watched = timeout(Duration::from_secs(5), h.store.notifications.watch(&k)).await;
-    assert_eq!(watched.expect("watch answers while Redis is down"), Ok(()));
+    assert_eq!(watched.expect("watch answers while the store is down"), Ok(()));
     assert!(h.notices.try_recv().is_err());
 }
 

@@ -87,69 +87,45 @@ impl OwnRedisCluster {
     /// would bring it back as an empty primary that its replica syncs from.)
     pub async fn wait_failed_over(&self, victim: u16, timeout: Duration) -> bool {
         let survivor = *self.ports.iter().find(|p| **p != victim).expect("another node");
-        let healthy = async {
-            loop {
-                let info = cli(survivor, &["cluster", "info"]).await;
-                let nodes = cli(survivor, &["cluster", "nodes"]).await;
-                // `fail` (agreed, not a suspicion: `fail?`) and no slots left:
-                // its replica was promoted and serves them.
-                let victim_replaced = nodes.lines().any(|line| {
-                    let fields: Vec<&str> = line.split_whitespace().collect();
-                    fields.len() == 8
-                        && fields[1].starts_with(&format!("127.0.0.1:{victim}@"))
-                        && fields[2].split(',').any(|flag| flag == "fail")
-                });
-                if victim_replaced && info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(timeout, healthy).await.is_ok()
+        until(timeout, || async move {
+            let info = cli(survivor, &["cluster", "info"]).await;
+            let nodes = cli(survivor, &["cluster", "nodes"]).await;
+            // `fail` (agreed, not a suspicion: `fail?`) and no slots left:
+            // its replica was promoted and serves them.
+            let victim_replaced = nodes.lines().any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.len() == 8
+                    && fields[1].starts_with(&format!("127.0.0.1:{victim}@"))
+                    && fields[2].split(',').any(|flag| flag == "fail")
+            });
+            victim_replaced && info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+        })
+        .await
     }
 
-    /// Starts the node on `port` again with its old configuration (its
-    /// `nodes.conf`, no data): it rejoins the cluster as a replica of the
-    /// node that took its slots and syncs from it. Returns once it answers.
+    /// Starts the node on `port` again from its own `redis.conf` (written
+    /// by `scripts/redis-cluster.sh`; its `nodes.conf`, no data): it rejoins
+    /// the cluster as a replica of the node that took its slots and syncs
+    /// from it. Returns once it answers.
     pub async fn restart_node(&self, port: u16) {
-        let dir = self.node_dir(port);
         let status = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
-            .arg("--cluster-config-file")
-            .arg(dir.join("nodes.conf"))
-            .args(["--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no"])
-            .args(["--repl-diskless-sync-delay", "0", "--daemonize", "yes"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--pidfile")
-            .arg(dir.join("redis.pid"))
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
+            .arg(self.node_dir(port).join("redis.conf"))
             .status()
             .await
             .expect("run redis-server");
         assert!(status.success(), "redis-server on {port} did not start again");
-        let answers = async {
-            while cli(port, &["ping"]).await.trim() != "PONG" {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), answers).await.expect("the restarted node answers");
+        let answers = until(Duration::from_secs(10), || async move { cli(port, &["ping"]).await.trim() == "PONG" });
+        assert!(answers.await, "the restarted node on {port} answers");
     }
 
     /// Waits until the node on `port` is a replica whose link to its
     /// primary is up (synced). False after `timeout`.
     pub async fn wait_replica_synced(&self, port: u16, timeout: Duration) -> bool {
-        let synced = async {
-            loop {
-                let info = cli(port, &["info", "replication"]).await;
-                if info.contains("role:slave") && info.contains("master_link_status:up") {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(timeout, synced).await.is_ok()
+        until(timeout, || async move {
+            let info = cli(port, &["info", "replication"]).await;
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        })
+        .await
     }
 
     /// The last lines of every node's log.
@@ -175,6 +151,17 @@ impl Drop for OwnRedisCluster {
             }
         }
     }
+}
+
+/// Polls `check` every 50 ms until it holds (true) or `timeout` passes
+/// (false).
+async fn until<F: std::future::Future<Output = bool>>(timeout: Duration, mut check: impl FnMut() -> F) -> bool {
+    let holds = async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(timeout, holds).await.is_ok()
 }
 
 /// `redis-cli -p <port> <args…>`'s output ("" when it cannot run).
