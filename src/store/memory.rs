@@ -223,7 +223,7 @@ impl MemoryStore {
             }
         }
         let committed = Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq };
-        let (owner, active) = (s.owner.clone(), matches!(s.status.as_str(), "running" | "awaiting_relay"));
+        let (owner, active) = (s.owner.clone(), super::is_active(&s.status));
         if let Some(listing) = &commit.listing {
             self.list_entry(inner, &commit.key, listing);
         }
@@ -310,7 +310,7 @@ impl SessionStore for MemoryStore {
         let watched = {
             let mut inner = self.lock();
             let Some(session) = inner.sessions.get_mut(key) else { return Ok(CancelRequest::Missing) };
-            if !matches!(session.status.as_str(), "running" | "awaiting_relay") {
+            if !super::is_active(&session.status) {
                 return Ok(CancelRequest::NotRunning(session.status.clone()));
             }
             session.cancel = true;

@@ -198,6 +198,12 @@ pub struct StateWrite {
     pub status: &'static str,
 }
 
+/// Whether a stored status is a turn in progress (running, or waiting for
+/// a relay decision): a session that must have an owner, or be an orphan.
+pub fn is_active(status: &str) -> bool {
+    matches!(status, "running" | "awaiting_relay")
+}
+
 impl Commit {
     /// A commit of `key` by `by` under `fence` that changes nothing yet.
     pub fn new(key: SessionKey, fence: Fence, by: impl Into<String>) -> Self {

@@ -34,7 +34,8 @@
 //! The ownership indexes (owned sets, orphans) live in other slots and are
 //! written by plain commands in the same pipeline as the commit they follow;
 //! they are hints for the takeover sweep, which re-checks every session it
-//! finds against its state hash. Tenant ids cannot contain `:` or `/`
+//! finds against its state hash, derived from that hash and written again
+//! from it when a cluster node's failure lost one ([`repair`]). Tenant ids cannot contain `:` or `/`
 //! (config validation), so no two (tenant, id) pairs share a key.
 //!
 //! Commands go through one connection ([`conn`]): on one Redis a
@@ -54,6 +55,7 @@ mod catalog;
 mod conn;
 mod log;
 mod quotas;
+mod repair;
 mod replicas;
 mod sessions;
 mod workspace;
@@ -67,8 +69,12 @@ use redis::{
     cluster::ClusterClientBuilder,
 };
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
-use self::conn::{Conn, LazyCluster};
+use self::{
+    conn::{Conn, LazyCluster, Spread},
+    repair::{Repairer, Repairs},
+};
 use super::{Health, Notice, Notifications, RelayIndex, SessionKey, StoreError, redis_notify::Subscriber};
 use crate::config::{RedisTarget, StoreConfig};
 
@@ -201,7 +207,7 @@ impl Keys {
 
 pub struct RedisStore {
     connection: Conn,
-    keys: Keys,
+    keys: Arc<Keys>,
     session_ttl_ms: u64,
     max_len: u64,
     /// How commit scripts announce: `PUBLISH` on one Redis, `SPUBLISH` (a
@@ -211,6 +217,9 @@ pub struct RedisStore {
     wait_replicas: (u32, u64),
     scripts: Scripts,
     subscriber: Subscriber,
+    /// Index hints lost on their way, and the task writing them again.
+    repairs: Arc<Repairs>,
+    _repairer: AbortOnDropHandle<()>,
 }
 
 impl RedisStore {
@@ -219,7 +228,7 @@ impl RedisStore {
     /// the app starts while Redis is down. Must be called inside a tokio
     /// runtime.
     pub fn open(target: &RedisTarget, config: &StoreConfig, notices: mpsc::Sender<Notice>) -> Result<Self, StoreError> {
-        let keys = Keys { prefix: config.key_prefix.clone() };
+        let keys = Arc::new(Keys { prefix: config.key_prefix.clone() });
         let orphans = keys.orphans_channel();
         let (connection, subscriber, publish) = match target {
             RedisTarget::Node(url) => {
@@ -251,6 +260,8 @@ impl RedisStore {
                 (Conn::Cluster(Arc::new(LazyCluster::new(client))), subscriber, "SPUBLISH")
             }
         };
+        let repairs = Arc::<Repairs>::default();
+        let repairer = Repairer { conn: connection.clone(), keys: keys.clone(), repairs: repairs.clone() };
         Ok(Self {
             connection,
             keys,
@@ -260,11 +271,21 @@ impl RedisStore {
             wait_replicas: (config.wait_replicas, millis(config.wait_replicas_timeout)),
             scripts: Scripts::new(),
             subscriber,
+            repairs,
+            _repairer: AbortOnDropHandle::new(tokio::spawn(repairer.run())),
         })
     }
 
     fn connection(&self) -> Conn {
         self.connection.clone()
+    }
+
+    /// Sends `spread` on `conn` ([`Conn::send`]); hints lost on the way are
+    /// queued to be written again ([`repair`]).
+    async fn send(&self, conn: &mut Conn, spread: Spread) -> redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> {
+        let sent = conn.send(spread).await?;
+        self.repairs.add(sent.lost);
+        Ok(sent.replies)
     }
 }
 

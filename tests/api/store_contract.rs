@@ -55,16 +55,24 @@ impl Backend {
 }
 
 fn open_store(redis: Option<RedisTarget>, event_log_max_len: u64) -> Harness {
-    let prefix = unique_prefix();
-    let config = StoreConfig {
+    open_config(store_config(redis, event_log_max_len))
+}
+
+/// A store configuration with a prefix of the test's own.
+fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConfig {
+    StoreConfig {
         redis,
         wait_replicas: 0,
         wait_replicas_timeout: Duration::from_millis(500),
-        key_prefix: prefix.clone(),
+        key_prefix: unique_prefix(),
         session_ttl: Duration::from_secs(60),
         event_log_max_len,
         lease_ttl: Duration::from_secs(10),
-    };
+    }
+}
+
+fn open_config(config: StoreConfig) -> Harness {
+    let prefix = config.key_prefix.clone();
     let (tx, notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
     let store = Store::open(&config, tx, Default::default()).expect("the store opens");
     Harness { store, notices, prefix }

@@ -58,7 +58,7 @@ impl Catalog for MemoryStore {
         let mut inner = self.lock();
         match inner.sessions.get(key).map(|s| s.status.clone()) {
             None => return Ok(Deleted::Missing),
-            Some(status) if matches!(status.as_str(), "running" | "awaiting_relay") => {
+            Some(status) if crate::store::is_active(&status) => {
                 return Ok(Deleted::Running(status));
             }
             Some(_) => {}

@@ -64,7 +64,7 @@ impl Catalog for RedisStore {
             spread.answered().cmd("HGET").arg(self.keys.state(&key)).arg("doc");
         }
         let mut listed = Vec::with_capacity(positions.len());
-        for (position, reply) in positions.into_iter().zip(conn.send(spread).await.map_err(map_err)?) {
+        for (position, reply) in positions.into_iter().zip(self.send(&mut conn, spread).await.map_err(map_err)?) {
             let doc = reply.and_then(|value| Ok(redis::from_redis_value(value)?)).map_err(map_err)?;
             listed.push(Listed { position, doc });
         }
@@ -114,7 +114,7 @@ impl Catalog for RedisStore {
         if let Some(owner) = &deletion.owner {
             spread.hint().cmd("SREM").arg(self.keys.owned_of(owner, key)).arg(key.to_member());
         }
-        if let Err(e) = conn.send(spread).await {
+        if let Err(e) = self.send(&mut conn, spread).await {
             tracing::warn!(session = %key.id, error = %map_err(e), "session deleted; its list entries are pruned later");
         }
         Ok(Deleted::Deleted)

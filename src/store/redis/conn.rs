@@ -22,6 +22,8 @@ use redis::{
 };
 use tokio::sync::OnceCell;
 
+use super::repair::Redo;
+
 /// A cluster connection, made by the first command that needs it; a failed
 /// attempt leaves it unmade, so the next command tries again.
 pub(super) struct LazyCluster {
@@ -76,7 +78,7 @@ impl ConnectionLike for Conn {
 impl Conn {
     /// Sends a [`Spread`]: the answered commands' replies, in order (an
     /// error reply is that command's `Err`; the outer error is a failed
-    /// exchange).
+    /// exchange), and the hints that were not written and must be redone.
     ///
     /// One Redis: the batch as it was built, one pipeline, one write and
     /// one read, each hint after the commands before it. A cluster: first
@@ -84,43 +86,55 @@ impl Conn {
     /// flight at once (the client pipelines those of one node on its
     /// connection), then the hints the same way, so a hint never goes
     /// before the write it follows (a replica that hears of an orphan finds
-    /// it released). Hints' failures are logged, not returned: they are
-    /// hints (see the callers for what a lost one costs).
-    pub(super) async fn send(&mut self, mut spread: Spread) -> RedisResult<Vec<RedisResult<Value>>> {
-        debug_assert_eq!(spread.pipe.len(), spread.answered.len(), "one command per answered()/hint()");
+    /// it released). Hints' failures are logged, not returned as errors:
+    /// they are hints, redone from the session's state where one was lost
+    /// ([`repair`](super::repair)).
+    pub(super) async fn send(&mut self, mut spread: Spread) -> RedisResult<Sent> {
+        debug_assert_eq!(spread.pipe.len(), spread.roles.len(), "one command per answered()/hint()");
         if spread.pipe.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Sent::default());
         }
-        match self {
+        let all: Vec<RedisResult<Value>> = match self {
             Conn::Node(manager) => {
                 spread.pipe.ignore_errors();
-                let replies: Vec<RedisResult<Value>> = spread.pipe.query_async(manager).await?;
-                Ok(replies
-                    .into_iter()
-                    .zip(&spread.answered)
-                    .filter(|(_, answered)| **answered)
-                    .map(|(r, _)| r)
-                    .collect())
+                spread.pipe.query_async(manager).await?
             }
             Conn::Cluster(cluster) => {
                 let connection = cluster.get().await?;
                 let run = |answered: bool| {
-                    join_all(spread.pipe.cmd_iter().zip(&spread.answered).filter(move |(_, a)| **a == answered).map(
-                        |(cmd, _)| {
-                            let mut connection = connection.clone();
-                            async move { cmd.query_async::<Value>(&mut connection).await }
-                        },
-                    ))
+                    join_all(
+                        spread.pipe.cmd_iter().zip(&spread.roles).filter(move |(_, r)| r.answered() == answered).map(
+                            |(cmd, _)| {
+                                let mut connection = connection.clone();
+                                async move { cmd.query_async::<Value>(&mut connection).await }
+                            },
+                        ),
+                    )
                 };
-                let replies = run(true).await;
-                for hint in run(false).await {
-                    if let Err(error) = hint {
+                let mut answered = run(true).await.into_iter();
+                let mut hints = run(false).await.into_iter();
+                // Back in the batch's order.
+                spread
+                    .roles
+                    .iter()
+                    .map(|role| if role.answered() { answered.next() } else { hints.next() })
+                    .map(|reply| reply.expect("one reply per command"))
+                    .collect()
+            }
+        };
+        let mut sent = Sent::default();
+        for (reply, role) in all.into_iter().zip(spread.roles) {
+            match role {
+                Role::Answered => sent.replies.push(reply),
+                Role::Hint(redo) => {
+                    if let Err(error) = reply {
                         tracing::warn!(%error, "an index hint was not written");
+                        sent.lost.extend(redo);
                     }
                 }
-                Ok(replies)
             }
         }
+        Ok(sent)
     }
 
     /// Waits until `replicas` replicas have every write this connection
@@ -167,20 +181,51 @@ impl Conn {
 #[derive(Default)]
 pub(super) struct Spread {
     pipe: Pipeline,
-    /// Per command of `pipe`: answered (true) or a hint.
-    answered: Vec<bool>,
+    /// Per command of `pipe`.
+    roles: Vec<Role>,
+}
+
+enum Role {
+    Answered,
+    /// A hint, and how to redo it if it is lost (`None`: a removal or a
+    /// wake-up, which nothing needs redone).
+    Hint(Option<Redo>),
+}
+
+impl Role {
+    fn answered(&self) -> bool {
+        matches!(self, Role::Answered)
+    }
 }
 
 impl Spread {
     /// Where the next command goes; its reply comes back from [`Conn::send`].
     pub(super) fn answered(&mut self) -> &mut Pipeline {
-        self.answered.push(true);
+        self.roles.push(Role::Answered);
         &mut self.pipe
     }
 
-    /// Where the next command goes; its reply is not wanted.
+    /// Where the next command goes; its reply is not wanted, and if it is
+    /// lost nothing is redone (a removal: a stale entry is pruned by
+    /// whoever finds it; a wake-up: the sweep also polls).
     pub(super) fn hint(&mut self) -> &mut Pipeline {
-        self.answered.push(false);
+        self.roles.push(Role::Hint(None));
         &mut self.pipe
     }
+
+    /// Where the next command goes: an index entry that must exist; if it
+    /// is lost, [`Conn::send`] returns `redo`.
+    pub(super) fn hint_or_redo(&mut self, redo: Redo) -> &mut Pipeline {
+        self.roles.push(Role::Hint(Some(redo)));
+        &mut self.pipe
+    }
+}
+
+/// What [`Conn::send`] answers.
+#[derive(Default)]
+pub(super) struct Sent {
+    /// The answered commands' replies, in order.
+    pub(super) replies: Vec<RedisResult<Value>>,
+    /// The lost hints' redos.
+    pub(super) lost: Vec<Redo>,
 }

@@ -78,7 +78,7 @@ impl Replicas for RedisStore {
                 spread.answered().cmd("SREM").arg(self.keys.owned_of(instance, key)).arg(&member);
                 spread.answered().cmd("SREM").arg(self.keys.owned_legacy(instance)).arg(&member);
             }
-            for reply in conn.send(spread).await.map_err(map_err)? {
+            for reply in self.send(&mut conn, spread).await.map_err(map_err)? {
                 reply.map_err(map_err)?;
             }
         }
@@ -88,7 +88,7 @@ impl Replicas for RedisStore {
         }
         spread.answered().cmd("SCARD").arg(self.keys.owned_legacy(instance));
         let mut left = 0;
-        for reply in conn.send(spread).await.map_err(map_err)? {
+        for reply in self.send(&mut conn, spread).await.map_err(map_err)? {
             left += redis::from_redis_value::<u64>(reply.map_err(map_err)?).map_err(|e| map_err(e.into()))?;
         }
         if left == 0 {
@@ -115,7 +115,7 @@ impl Replicas for RedisStore {
         let mut spread = Spread::default();
         spread.answered().cmd("SREM").arg(self.keys.orphans_of(key)).arg(&member);
         spread.answered().cmd("SREM").arg(self.keys.orphans_legacy()).arg(&member);
-        for reply in self.connection().send(spread).await.map_err(map_err)? {
+        for reply in self.send(&mut self.connection(), spread).await.map_err(map_err)? {
             reply.map_err(map_err)?;
         }
         Ok(())
@@ -131,7 +131,7 @@ impl RedisStore {
             spread.answered().cmd("SRANDMEMBER").arg(set).arg(limit.min(i64::MAX as usize));
         }
         let mut keys = Vec::new();
-        for reply in self.connection().send(spread).await.map_err(map_err)? {
+        for reply in self.send(&mut self.connection(), spread).await.map_err(map_err)? {
             let members: Vec<String> =
                 redis::from_redis_value(reply.map_err(map_err)?).map_err(|e| map_err(e.into()))?;
             keys.extend(members.iter().filter_map(|m| SessionKey::from_member(m)));

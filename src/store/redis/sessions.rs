@@ -12,10 +12,11 @@ use super::{
     RedisStore,
     conn::{Conn, Spread},
     map_err,
+    repair::Redo,
 };
 use crate::store::{
     CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange, Record,
-    SessionKey, SessionStore, StoreError,
+    SessionKey, SessionStore, StoreError, is_active,
 };
 
 impl RedisStore {
@@ -88,9 +89,9 @@ impl RedisStore {
     /// ownership index commands it implies (hints for the takeover sweep,
     /// sent even if the script refuses: the sweep re-checks what it finds).
     /// On a cluster they live in other slots than the session's: a second
-    /// write that may fail alone. A session whose `owned` entry was lost
-    /// that way is not found by the sweep, only taken over when a request
-    /// touches it (the state hash, not the index, says who owns it).
+    /// write that may fail alone. An entry lost that way is written again
+    /// from the session's state ([`repair`](super::repair)); the state hash,
+    /// not the index, says who owns it.
     /// Returns the scripts' replies; with `store.wait_replicas`, only once
     /// that many replicas hold the round's writes.
     async fn commit_round(
@@ -109,13 +110,19 @@ impl RedisStore {
                 let position =
                     crate::store::ListPosition { created_ms: listing.created_ms, id: commit.key.id.to_string() };
                 for scope in listing.scopes(&commit.key.tenant) {
-                    spread.hint().cmd("ZADD").arg(self.list_key(&scope)).arg(0).arg(position.to_member());
+                    let (list, position) = (self.list_key(&scope), position.to_member());
+                    let redo = Redo::Listed { key: commit.key.clone(), list: list.clone(), position: position.clone() };
+                    spread.hint_or_redo(redo).cmd("ZADD").arg(list).arg(0).arg(position);
                 }
             }
             match &commit.owner {
                 OwnerChange::Keep => {}
                 OwnerChange::Acquire(instance) => {
-                    spread.hint().cmd("SADD").arg(self.keys.owned_of(instance, &commit.key)).arg(&member);
+                    spread
+                        .hint_or_redo(Redo::Ownership(commit.key.clone()))
+                        .cmd("SADD")
+                        .arg(self.keys.owned_of(instance, &commit.key))
+                        .arg(&member);
                     // A session being created was never an orphan.
                     if commit.fence != Fence::Absent {
                         spread.hint().cmd("SREM").arg(self.keys.orphans_of(&commit.key)).arg(&member);
@@ -125,32 +132,47 @@ impl RedisStore {
                     if let Fence::Owner { instance, .. } = &commit.fence {
                         spread.hint().cmd("SREM").arg(self.keys.owned_of(instance, &commit.key)).arg(&member);
                     }
-                    let active = commit.state.as_ref().is_none_or(|s| matches!(s.status, "running" | "awaiting_relay"));
+                    let active = commit.state.as_ref().is_none_or(|s| is_active(s.status));
                     if active {
-                        spread.hint().cmd("SADD").arg(self.keys.orphans_of(&commit.key)).arg(&member);
+                        spread
+                            .hint_or_redo(Redo::Ownership(commit.key.clone()))
+                            .cmd("SADD")
+                            .arg(self.keys.orphans_of(&commit.key))
+                            .arg(&member);
                         spread.hint().cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o");
                     }
                 }
             }
         }
-        let replies = conn.send(spread).await?;
+        let replies = self.send(conn, spread).await?;
         debug_assert_eq!(replies.len(), commits.len());
-        let (replicas, timeout_ms) = self.wait_replicas;
-        if replicas > 0 && replies.iter().any(Result::is_ok) {
+        if replies.iter().any(Result::is_ok) {
             let written: Vec<String> = commits.iter().map(|c| self.keys.state(&c.key)).collect();
-            let reached = conn.wait_replicas(replicas, timeout_ms, &written).await?;
-            if reached < replicas {
-                // Applied on the primary, not known to survive its failover:
-                // not acknowledged. The writer retries; the script answers
-                // "duplicate" and the wait runs again.
-                return Err(RedisError::from((
-                    ErrorKind::Io,
-                    "commit not acknowledged",
-                    format!("{reached} of {replicas} replica(s) within {timeout_ms} ms"),
-                )));
-            }
+            self.replicated(conn, &written, "commit").await?;
         }
         Ok(replies)
+    }
+
+    /// With `store.wait_replicas`: returns once that many replicas hold
+    /// every write `conn` made to the slots of `keys`, an error if they do
+    /// not within the timeout. A write applied on its primary but not known
+    /// to survive the primary's failover is not acknowledged: the caller
+    /// answers a failure, and a retry finds it done (a commit's script
+    /// answers "duplicate"; a decision "already decided") or redoes it.
+    async fn replicated(&self, conn: &mut Conn, keys: &[String], what: &str) -> Result<(), RedisError> {
+        let (replicas, timeout_ms) = self.wait_replicas;
+        if replicas == 0 {
+            return Ok(());
+        }
+        let reached = conn.wait_replicas(replicas, timeout_ms, keys).await?;
+        if reached < replicas {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "write not acknowledged",
+                format!("{what}: {reached} of {replicas} replica(s) within {timeout_ms} ms"),
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -222,6 +244,7 @@ impl SessionStore for RedisStore {
     }
 
     async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
+        let mut conn = self.connection();
         let answer: String = self
             .scripts
             .decide
@@ -230,11 +253,14 @@ impl SessionStore for RedisStore {
             .arg(decision)
             .arg(self.keys.channel(key))
             .arg(self.publish)
-            .invoke_async(&mut self.connection())
+            .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
         match answer.as_str() {
-            "recorded" => Ok(Decided::Recorded),
+            "recorded" => {
+                self.replicated(&mut conn, &[self.keys.state(key)], "relay decision").await.map_err(map_err)?;
+                Ok(Decided::Recorded)
+            }
             "decided" => Ok(Decided::AlreadyDecided),
             "missing" => Ok(Decided::Missing),
             other => Err(StoreError::Corrupt(format!("decide script answered {other:?}"))),
@@ -242,17 +268,21 @@ impl SessionStore for RedisStore {
     }
 
     async fn request_cancel(&self, key: &SessionKey) -> Result<CancelRequest, StoreError> {
+        let mut conn = self.connection();
         let answer: String = self
             .scripts
             .cancel
             .key(self.keys.state(key))
             .arg(self.keys.channel(key))
             .arg(self.publish)
-            .invoke_async(&mut self.connection())
+            .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
         Ok(match answer.as_str() {
-            "recorded" => CancelRequest::Recorded,
+            "recorded" => {
+                self.replicated(&mut conn, &[self.keys.state(key)], "cancel request").await.map_err(map_err)?;
+                CancelRequest::Recorded
+            }
             "missing" => CancelRequest::Missing,
             status => CancelRequest::NotRunning(status.to_string()),
         })

@@ -88,3 +88,125 @@ async fn a_cluster_store_opens_while_the_cluster_is_down_and_reports_it_unavaila
     // Nothing listens on port 1: the cluster's first command connects, and fails.
     super::redis_only::opens_while_nothing_answers(RedisTarget::Cluster(vec!["redis://127.0.0.1:1".to_string()])).await;
 }
+
+/// A Redis user of the test's own on every node of the test cluster (ACL
+/// users are per node), whose index writes (`SADD`, `ZADD`) can be denied
+/// on some nodes: a hint lost to a node, as a failing primary loses it,
+/// while every other test's commands go on.
+struct NodeUser {
+    name: String,
+    nodes: Vec<String>,
+}
+
+impl NodeUser {
+    const PASSWORD: &str = "hint-repair-test";
+
+    async fn create() -> Self {
+        let user = Self { name: format!("sbtest-{}", uuid::Uuid::new_v4().simple()), nodes: redis_cluster_seeds() };
+        for node in &user.nodes {
+            user.acl(node, &["on", &format!(">{}", Self::PASSWORD), "~*", "&*", "+@all"]).await;
+        }
+        user
+    }
+
+    /// The cluster's seeds, logged in as this user.
+    fn seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.replace("redis://", &format!("redis://{}:{}@", self.name, Self::PASSWORD)))
+            .collect()
+    }
+
+    async fn acl(&self, node: &str, rules: &[&str]) {
+        let mut conn = redis::Client::open(node).unwrap().get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("ACL").arg("SETUSER").arg(&self.name).arg(rules).query_async::<()>(&mut conn).await.unwrap();
+    }
+
+    /// Index writes fail everywhere but on `home`.
+    async fn deny_index_writes_but_on(&self, home: &str) {
+        for node in self.nodes.iter().filter(|n| *n != home) {
+            self.acl(node, &["-sadd", "-zadd"]).await;
+        }
+    }
+
+    async fn allow_index_writes(&self) {
+        for node in &self.nodes {
+            self.acl(node, &["+sadd", "+zadd"]).await;
+        }
+    }
+
+    async fn remove(self) {
+        for node in &self.nodes {
+            let mut conn =
+                redis::Client::open(node.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+            redis::cmd("ACL").arg("DELUSER").arg(&self.name).query_async::<()>(&mut conn).await.unwrap();
+        }
+    }
+}
+
+/// The seed node serving `key`'s slot (a primary answers a key of another
+/// node's slot with MOVED).
+async fn node_of(key: &str) -> String {
+    for node in redis_cluster_seeds() {
+        let mut conn = redis::Client::open(node.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        if redis::cmd("EXISTS").arg(key).query_async::<i64>(&mut conn).await.is_ok() {
+            return node;
+        }
+    }
+    panic!("no seed node serves {key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_entry_lost_to_a_node_is_written_again_from_the_sessions_state() {
+    use switchboard::store::{ListScope, Listing};
+    let user = NodeUser::create().await;
+    let h = open_config(store_config(Some(RedisTarget::Cluster(user.seeds())), 100));
+    let owned_by = |instance: &'static str, k: SessionKey| {
+        let store = h.store.clone();
+        async move { store.replicas.owned(instance, 1000).await.unwrap().contains(&k) }
+    };
+    let listed = |tenant: String| {
+        let store = h.store.clone();
+        async move { !store.catalog.list(&ListScope::Tenant(tenant.into()), None, 10).await.unwrap().is_empty() }
+    };
+
+    // A create whose owner entry and list entries are both lost: their
+    // slots are on other nodes than the session's (tried until so).
+    let mut lost = None;
+    for i in 0..100 {
+        let k = key(&format!("tenant{i}"), &format!("session{i}"));
+        let home = node_of(&format!("{}{{t:{}:s:{}}}:state", h.prefix, k.tenant, k.id)).await;
+        user.deny_index_writes_but_on(&home).await;
+        let mut create = Commit::new(k.clone(), Fence::Absent, "a#1");
+        create.owner = OwnerChange::Acquire("a#1".into());
+        create.state = state("{}", "running");
+        create.listing = Some(Listing { subject: "alice".into(), created_ms: 1 });
+        commit_one(&h.store, create).await.expect("the session's own node takes the commit");
+        if !owned_by("a#1", k.clone()).await && !listed(k.tenant.to_string()).await {
+            lost = Some((k, home));
+            break;
+        }
+        user.allow_index_writes().await;
+    }
+    let (k, home) = lost.expect("a session whose index slots are on other nodes");
+    user.allow_index_writes().await;
+    eventually("the owner's entry is written again", || owned_by("a#1", k.clone())).await;
+    eventually("the list entry is written again", || listed(k.tenant.to_string())).await;
+
+    // Lost again, three times over: released while running (an orphan),
+    // then adopted by b#1. What is written once the node answers is what
+    // the state says now (owned by b#1), not the lost commands replayed.
+    user.deny_index_writes_but_on(&home).await;
+    let mut tenure = Tenure { key: k.clone(), instance: "a#1".into(), epoch: 1, n: 0 };
+    let mut release = tenure.next();
+    release.owner = OwnerChange::Release;
+    commit_one(&h.store, release).await.unwrap();
+    let mut adopt = Commit::new(k.clone(), unchanged(&h.store, &k).await, "b#1");
+    adopt.owner = OwnerChange::Acquire("b#1".into());
+    commit_one(&h.store, adopt).await.unwrap();
+    assert!(!owned_by("b#1", k.clone()).await, "the entry was lost");
+    user.allow_index_writes().await;
+    eventually("the new owner's entry is written again", || owned_by("b#1", k.clone())).await;
+    assert_eq!(h.store.replicas.orphans(10).await, Ok(vec![]), "an orphan entry the state no longer implies");
+    user.remove().await;
+}

@@ -257,3 +257,55 @@ async fn the_one_set_indexes_of_older_builds_are_still_swept() {
     let dead: Vec<String> = store.replicas.dead(10).await.unwrap();
     assert!(!dead.contains(&"old#1".to_string()), "{dead:?}");
 }
+
+/// `store.wait_replicas` where no replica answers (the test Redis and the
+/// test cluster have none): a commit, a relay decision and a cancel request
+/// are applied on the primary but not acknowledged, and a retry finds each
+/// done rather than doing it twice.
+async fn writes_wait_for_replicas_that_are_not_there(target: RedisTarget) {
+    let mut config = store_config(Some(target), 100);
+    config.wait_replicas = 1;
+    config.wait_replicas_timeout = Duration::from_millis(50);
+    let h = open_config(config);
+    let k = key("acme", "s1");
+    let mut create = Commit::new(k.clone(), Fence::Absent, "a#1");
+    create.owner = OwnerChange::Acquire("a#1".into());
+    create.state = state("{}", "running");
+    create.open_relays = vec!["r1".into()];
+    let refused = commit_one(&h.store, create).await;
+    assert!(matches!(&refused, Err(CommitError::Store(StoreError::Unavailable(e))) if e.contains("not acknowledged")));
+    assert_eq!(load(&h.store, &k).await.version, 1, "applied on the primary");
+    // An owner's commit, retried as the writer does: applied once.
+    let mut tenure = Tenure { key: k.clone(), instance: "a#1".into(), epoch: 1, n: 0 };
+    let mut append = tenure.next();
+    append.events = numbered(1, 2);
+    for _ in 0..2 {
+        let refused = commit_one(&h.store, append.clone()).await;
+        assert!(matches!(&refused, Err(CommitError::Store(StoreError::Unavailable(_)))), "{refused:?}");
+    }
+    assert_eq!(seqs_after(&h.store, &k, 0, 10).await, vec![1, 2]);
+
+    let decided = h.store.sessions.decide(&k, "r1", "yes").await;
+    assert!(matches!(&decided, Err(StoreError::Unavailable(e)) if e.contains("relay decision")), "{decided:?}");
+    use switchboard::store::{CancelRequest, Decided};
+    assert_eq!(h.store.sessions.decide(&k, "r1", "yes").await, Ok(Decided::AlreadyDecided));
+    assert_eq!(load(&h.store, &k).await.relays, vec![("r1".to_string(), Some("yes".to_string()))]);
+
+    let cancel = h.store.sessions.request_cancel(&k).await;
+    assert!(matches!(&cancel, Err(StoreError::Unavailable(e)) if e.contains("cancel request")), "{cancel:?}");
+    assert!(load(&h.store, &k).await.cancel_requested);
+    // A decision or a cancel that changes nothing waits for nothing.
+    assert_eq!(h.store.sessions.decide(&k, "r9", "no").await, Ok(Decided::AlreadyDecided));
+    let missing = h.store.sessions.request_cancel(&key("acme", "nope")).await;
+    assert_eq!(missing, Ok(CancelRequest::Missing));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_one_redis_acknowledges_no_write_no_replica_holds() {
+    writes_wait_for_replicas_that_are_not_there(RedisTarget::Node(redis_url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_a_cluster_acknowledges_no_write_no_replica_holds() {
+    writes_wait_for_replicas_that_are_not_there(RedisTarget::Cluster(redis_cluster_seeds())).await;
+}
