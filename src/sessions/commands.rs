@@ -186,9 +186,8 @@ impl Sessions {
         relay_id: &str,
         decision: RelayDecision,
     ) -> Result<(), SessionError> {
-        let key = match self.store().relays.get_relay(relay_id).await? {
-            Some(key) if *key.tenant == *principal.tenant => key,
-            _ => return Err(SessionError::RelayNotFound),
+        let Some(key) = self.store().relays.get_relay(&principal.tenant, relay_id).await? else {
+            return Err(SessionError::RelayNotFound);
         };
         if session_id.is_some_and(|id| id != &*key.id) {
             return Err(SessionError::RelayNotFound);

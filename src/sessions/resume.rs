@@ -189,8 +189,7 @@ impl Sessions {
 
     /// The session a hint names, if it is the caller's tenant's.
     async fn indexed(&self, principal: &Principal, hint: &str) -> Result<Option<SessionKey>, SessionError> {
-        let key = self.store().relays.get_relay(hint).await?;
-        Ok(key.filter(|key| *key.tenant == *principal.tenant))
+        Ok(self.store().relays.get_relay(&principal.tenant, hint).await?)
     }
 }
 

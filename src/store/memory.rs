@@ -11,7 +11,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
-    sync::{Mutex, MutexGuard, OnceLock},
+    sync::{Arc, Mutex, MutexGuard, OnceLock},
     time::Duration,
 };
 
@@ -55,7 +55,8 @@ struct Inner {
     replicas: HashMap<String, Instant>,
     owned: HashMap<String, HashSet<SessionKey>>,
     orphans: HashSet<SessionKey>,
-    relays: HashMap<String, SessionKey>,
+    /// (tenant, relay id) → session.
+    relays: HashMap<(Arc<str>, String), SessionKey>,
     /// Watch counts.
     watched: HashMap<SessionKey, usize>,
     /// Follow counts by instance (see `Notifications::follow`).
@@ -406,12 +407,12 @@ impl Replicas for MemoryStore {
 #[async_trait]
 impl RelayIndex for MemoryStore {
     async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), StoreError> {
-        self.lock().relays.insert(relay_id.to_string(), key.clone());
+        self.lock().relays.insert((key.tenant.clone(), relay_id.to_string()), key.clone());
         Ok(())
     }
 
-    async fn get_relay(&self, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
-        Ok(self.lock().relays.get(relay_id).cloned())
+    async fn get_relay(&self, tenant: &str, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
+        Ok(self.lock().relays.get(&(Arc::from(tenant), relay_id.to_string())).cloned())
     }
 }
 

@@ -365,8 +365,11 @@ pub trait Replicas: Send + Sync {
 /// Relay id → session, for the relay endpoint that names only the relay.
 #[async_trait]
 pub trait RelayIndex: Send + Sync {
+    /// Indexes `relay_id` (a relay, or a resume hint) under `key`'s tenant.
     async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), StoreError>;
-    async fn get_relay(&self, relay_id: &str) -> Result<Option<SessionKey>, StoreError>;
+    /// The session of `tenant` that `relay_id` names; another tenant's
+    /// index is not read.
+    async fn get_relay(&self, tenant: &str, relay_id: &str) -> Result<Option<SessionKey>, StoreError>;
 }
 
 /// A wake-up heard on this replica's one subscription.

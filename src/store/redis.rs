@@ -18,7 +18,8 @@
 //!   set, before them: still read)
 //! - `{prefix}orphans:{b<k>}` — set of `tenant/id`: active, owned by nobody,
 //!   in the same buckets (`{prefix}orphans` before them: still read)
-//! - `{prefix}relay:<relay_id>` — `tenant/id`
+//! - `{prefix}{t:<tenant>}:relay:<relay_id>` — `tenant/id`: relays and resume
+//!   hints, in the tenant's slot (`{prefix}relay:<relay_id>` before: still read)
 //! - `{prefix}{t:<tenant>}:subj:<subject>:sessions`, `{prefix}{t:<tenant>}:sessions`
 //!   — zsets of list positions, the catalog's lists (`redis/catalog.rs`)
 //! - `{prefix}rl:<tenant>` — GCRA arrival time; `{prefix}slots:<tenant>` — zset of
@@ -183,7 +184,14 @@ impl Keys {
     fn orphans_legacy(&self) -> String {
         format!("{}orphans", self.prefix)
     }
-    fn relay(&self, relay_id: &str) -> String {
+    /// In the tenant's slot, like its lists: a lookup names the tenant.
+    fn relay(&self, tenant: &str, relay_id: &str) -> String {
+        format!("{}{{t:{tenant}}}:relay:{relay_id}", self.prefix)
+    }
+    /// The one key per id of builds before the tenant's tag: still read
+    /// (for the caller's tenant only) and deleted, until its TTL (the
+    /// session TTL) has passed for entries an older replica wrote.
+    fn relay_legacy(&self, relay_id: &str) -> String {
         format!("{}relay:{relay_id}", self.prefix)
     }
     fn rate(&self, tenant: &str) -> String {
@@ -293,7 +301,7 @@ impl RedisStore {
 impl RelayIndex for RedisStore {
     async fn put_relay(&self, relay_id: &str, key: &SessionKey) -> Result<(), StoreError> {
         redis::cmd("SET")
-            .arg(self.keys.relay(relay_id))
+            .arg(self.keys.relay(&key.tenant, relay_id))
             .arg(key.to_member())
             .arg("PX")
             .arg(self.session_ttl_ms)
@@ -302,15 +310,22 @@ impl RelayIndex for RedisStore {
             .map_err(map_err)
     }
 
-    async fn get_relay(&self, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
-        let member: Option<String> = redis::cmd("GET")
-            .arg(self.keys.relay(relay_id))
-            .query_async(&mut self.connection())
-            .await
-            .map_err(map_err)?;
-        member
-            .map(|m| SessionKey::from_member(&m).ok_or_else(|| StoreError::Corrupt(format!("relay target {m:?}"))))
-            .transpose()
+    async fn get_relay(&self, tenant: &str, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
+        // Both keys in one batch (two slots on a cluster); the tenant's wins.
+        let mut spread = Spread::default();
+        spread.answered().cmd("GET").arg(self.keys.relay(tenant, relay_id));
+        spread.answered().cmd("GET").arg(self.keys.relay_legacy(relay_id));
+        let mut conn = self.connection();
+        for reply in self.send(&mut conn, spread).await.map_err(map_err)? {
+            let member: Option<String> = reply.and_then(|v| Ok(redis::from_redis_value(v)?)).map_err(map_err)?;
+            let Some(member) = member else { continue };
+            let key = SessionKey::from_member(&member)
+                .ok_or_else(|| StoreError::Corrupt(format!("relay target {member:?}")))?;
+            if *key.tenant == *tenant {
+                return Ok(Some(key));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -378,7 +393,8 @@ mod tests {
         // A session's bucket is the same for every replica and every build.
         assert_eq!(Keys::bucket(&key), Keys::bucket(&SessionKey::new("acme", "s1")));
         assert_eq!(keys.owned_of("a#1", &key), keys.owned("a#1", Keys::bucket(&key)));
-        assert_eq!(keys.relay("r1"), "sb:relay:r1");
+        assert_eq!(keys.relay("acme", "r1"), "sb:{t:acme}:relay:r1");
+        assert_eq!(keys.relay_legacy("r1"), "sb:relay:r1");
         assert_eq!(keys.channel(&key), "sb:{t:acme:s:s1}:n");
     }
 

@@ -146,8 +146,8 @@ impl<B: RelayIndex> RelayIndex for Timed<B> {
         self.time("relays.put", self.inner.put_relay(relay_id, key)).await
     }
 
-    async fn get_relay(&self, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
-        self.time("relays.get", self.inner.get_relay(relay_id)).await
+    async fn get_relay(&self, tenant: &str, relay_id: &str) -> Result<Option<SessionKey>, StoreError> {
+        self.time("relays.get", self.inner.get_relay(tenant, relay_id)).await
     }
 }
 

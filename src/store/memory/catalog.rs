@@ -75,8 +75,9 @@ impl Catalog for MemoryStore {
             }
         }
         for relay_id in &deletion.relay_ids {
-            if inner.relays.get(relay_id) == Some(key) {
-                inner.relays.remove(relay_id);
+            let entry = (key.tenant.clone(), relay_id.clone());
+            if inner.relays.get(&entry) == Some(key) {
+                inner.relays.remove(&entry);
             }
         }
         if let Some(owned) = deletion.owner.as_ref().and_then(|owner| inner.owned.get_mut(owner)) {

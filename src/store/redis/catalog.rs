@@ -109,7 +109,8 @@ impl Catalog for RedisStore {
             spread.hint().cmd("ZREM").arg(self.list_key(&scope)).arg(&member);
         }
         for relay_id in &deletion.relay_ids {
-            spread.hint().cmd("DEL").arg(self.keys.relay(relay_id));
+            spread.hint().cmd("DEL").arg(self.keys.relay(&key.tenant, relay_id));
+            spread.hint().cmd("DEL").arg(self.keys.relay_legacy(relay_id));
         }
         if let Some(owner) = &deletion.owner {
             spread.hint().cmd("SREM").arg(self.keys.owned_of(owner, key)).arg(key.to_member());

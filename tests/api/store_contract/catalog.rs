@@ -110,12 +110,12 @@ async fn a_stopped_session_is_deleted_with_its_entries_and_relay_ids(backend: Ba
     assert!(log.events.is_empty() && log.last_seq == 0, "{log:?}");
     assert_eq!(ids(&list(&h.store, &subject("acme", "alice"), None, 10).await), ["s2"]);
     assert_eq!(ids(&list(&h.store, &ListScope::Tenant("acme".into()), None, 10).await), ["s2"]);
-    assert_eq!(h.store.relays.get_relay("relay_1").await, Ok(None));
+    assert_eq!(h.store.relays.get_relay("acme", "relay_1").await, Ok(None));
     if matches!(backend, Backend::Memory) {
         // Redis deletes the ids it is given; the memory store only those
         // naming the session (the result is the same for relay ids the
         // session layer derives).
-        assert!(h.store.relays.get_relay("relay_other").await.unwrap().is_some());
+        assert!(h.store.relays.get_relay("acme", "relay_other").await.unwrap().is_some());
     }
     assert_eq!(h.store.catalog.delete(&k, &deletion).await, Ok(Deleted::Missing));
     // A session that is gone takes no followers (its state is not recreated).

@@ -318,7 +318,8 @@ async fn another_tenant_sees_nothing(backend: Backend) {
     let mut foreign = Commit::new(theirs.clone(), Fence::Owner { instance: "a#1".into(), epoch: 1, n: 2 }, "a#1");
     foreign.events = vec!["x".into()];
     assert_eq!(commit_one(&h.store, foreign).await, Err(CommitError::Conflict(Conflict::Fenced)));
-    // The relay index names the exact session; the service checks its tenant.
+    // The relay index is the tenant's own.
     h.store.relays.put_relay("r-1", &ours).await.unwrap();
-    assert_eq!(h.store.relays.get_relay("r-1").await, Ok(Some(ours.clone())));
+    assert_eq!(h.store.relays.get_relay("acme", "r-1").await, Ok(Some(ours.clone())));
+    assert_eq!(h.store.relays.get_relay("globex", "r-1").await, Ok(None));
 }

@@ -76,7 +76,12 @@ async fn the_relay_index_resolves_a_relay_id_to_its_session(backend: Backend) {
     let k = key("acme", "s1");
     h.store.relays.put_relay("relay-1", &k).await.unwrap();
     h.store.relays.put_relay("relay-2", &key("globex", "s9")).await.unwrap();
-    assert_eq!(h.store.relays.get_relay("relay-1").await, Ok(Some(k)));
-    assert_eq!(h.store.relays.get_relay("relay-2").await, Ok(Some(key("globex", "s9"))));
-    assert_eq!(h.store.relays.get_relay("unknown").await, Ok(None));
+    assert_eq!(h.store.relays.get_relay("acme", "relay-1").await, Ok(Some(k.clone())));
+    assert_eq!(h.store.relays.get_relay("globex", "relay-2").await, Ok(Some(key("globex", "s9"))));
+    assert_eq!(h.store.relays.get_relay("acme", "unknown").await, Ok(None));
+    // A tenant finds only its own: the same id of two tenants names two sessions.
+    assert_eq!(h.store.relays.get_relay("globex", "relay-1").await, Ok(None));
+    h.store.relays.put_relay("relay-1", &key("globex", "s9")).await.unwrap();
+    assert_eq!(h.store.relays.get_relay("acme", "relay-1").await, Ok(Some(k)));
+    assert_eq!(h.store.relays.get_relay("globex", "relay-1").await, Ok(Some(key("globex", "s9"))));
 }

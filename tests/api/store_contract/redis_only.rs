@@ -258,6 +258,36 @@ async fn the_one_set_indexes_of_older_builds_are_still_swept() {
     assert!(!dead.contains(&"old#1".to_string()), "{dead:?}");
 }
 
+/// Relay ids and resume hints an older build wrote (one key per id,
+/// `relay:<id>`, before the tenant's tag) are still found, by their own
+/// tenant only, and deleted with their session.
+#[tokio::test]
+async fn the_relay_index_of_older_builds_is_still_read_for_its_tenant() {
+    use switchboard::store::{Deleted, Deletion, Listing};
+    let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
+    let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let k = key("acme", "s1");
+    create_idle(&store, &k).await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}relay:relay_old"))
+        .arg(k.to_member())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store.relays.get_relay("acme", "relay_old").await, Ok(Some(k.clone())));
+    assert_eq!(store.relays.get_relay("globex", "relay_old").await, Ok(None));
+
+    let deletion = Deletion {
+        listing: Listing { subject: "alice".into(), created_ms: 1 },
+        relay_ids: vec!["relay_old".into()],
+        owner: None,
+    };
+    assert_eq!(store.catalog.delete(&k, &deletion).await, Ok(Deleted::Deleted));
+    assert_eq!(store.relays.get_relay("acme", "relay_old").await, Ok(None));
+    let left: i64 = redis::cmd("EXISTS").arg(format!("{prefix}relay:relay_old")).query_async(&mut conn).await.unwrap();
+    assert_eq!(left, 0);
+}
+
 /// `store.wait_replicas` where no replica answers (the test Redis and the
 /// test cluster have none): a commit, a relay decision and a cancel request
 /// are applied on the primary but not acknowledged, and a retry finds each
