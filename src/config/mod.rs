@@ -136,10 +136,34 @@ pub enum RedisTarget {
     Cluster(Vec<String>),
 }
 
+/// `[store.tls]`, read: PEM bytes for `rediss://` connections.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// The CA(s) whose certificates the servers present, instead of the
+    /// system's roots (a private CA).
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate and its key, for servers that check clients
+    /// (Redis's own default, `tls-auth-clients yes`).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Sizes only: the client key is a secret.
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca.as_ref().map(|pem| format!("{} bytes", pem.len())))
+            .field("client", &self.client.as_ref().map(|_| "certificate and key"))
+            .finish()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// `None` selects the in-memory store (one replica only).
     pub redis: Option<RedisTarget>,
+    /// Certificates for `rediss://` (`[store.tls]`); none: the system's
+    /// roots and no client certificate.
+    pub tls: RedisTls,
     /// Replicas each commit round waits for (`WAIT`) before it is
     /// acknowledged; 0 = Redis's asynchronous replication alone.
     pub wait_replicas: u32,
@@ -161,6 +185,7 @@ impl StoreConfig {
     pub(crate) fn for_unit_tests() -> Self {
         Self {
             redis: None,
+            tls: RedisTls::default(),
             wait_replicas: 0,
             wait_replicas_timeout: Duration::from_millis(500),
             key_prefix: "sb:".into(),

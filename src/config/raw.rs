@@ -66,11 +66,21 @@ pub struct RawServer {
     pub http2: Option<RawHttp2>,
 }
 
+/// `[store.tls]`: PEM files.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawRedisTls {
+    pub ca_file: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 pub struct RawStore {
     pub redis_url: Option<String>,
     /// Seed nodes of a Redis Cluster (exclusive with `redis_url`).
     pub redis_cluster: Option<Vec<String>>,
+    /// `[store.tls]`: the CA and client certificate for `rediss://`.
+    pub tls: Option<RawRedisTls>,
     pub wait_replicas: Option<u32>,
     pub wait_replicas_timeout_ms: Option<u64>,
     pub key_prefix: Option<String>,

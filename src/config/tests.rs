@@ -121,6 +121,35 @@ fn a_store_is_one_redis_or_one_cluster_of_redis_urls() {
 }
 
 #[test]
+fn store_tls_reads_a_ca_and_a_client_certificate_for_rediss_urls_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let ca = write("ca.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+    let key = write("key.pem", "-----BEGIN PRIVATE KEY-----\nsecret-key-bytes\n-----END PRIVATE KEY-----\n");
+    let junk = write("junk.pem", "not a certificate");
+    let store = |url: &str, tls: &str| format!("[store]\nredis_url = \"{url}\"\n[store.tls]\n{tls}\n{REST}");
+
+    let text = store("rediss://10.0.0.1:6380", &format!("ca_file = {ca:?}\ncert_file = {ca:?}\nkey_file = {key:?}"));
+    let config = Config::from_toml(&text, &env_of(&[])).expect("valid");
+    assert_eq!(config.store.tls.ca.as_deref(), Some(std::fs::read(&ca).unwrap().as_slice()));
+    assert!(config.store.tls.client.is_some());
+    assert!(!format!("{config:?}").contains("secret-key-bytes"), "the client key is never printed");
+
+    let path_of = |text: String| {
+        let errors = Config::from_toml(&text, &env_of(&[])).unwrap_err();
+        errors.0.iter().map(|e| e.path.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(path_of(store("redis://10.0.0.1:6379", &format!("ca_file = {ca:?}"))), vec!["store.tls"]);
+    assert_eq!(path_of(store("rediss://x:6380", &format!("ca_file = {junk:?}"))), vec!["store.tls.ca_file"]);
+    assert_eq!(path_of(store("rediss://x:6380", "ca_file = \"/nonexistent/ca.pem\"")), vec!["store.tls.ca_file"]);
+    assert_eq!(path_of(store("rediss://x:6380", &format!("cert_file = {ca:?}"))), vec!["store.tls"]);
+}
+
+#[test]
 fn every_mistake_is_reported_with_its_path() {
     let text = r#"
 [server]

@@ -77,7 +77,7 @@ use self::{
     repair::{Repairer, Repairs},
 };
 use super::{Health, Notice, Notifications, RelayIndex, SessionKey, StoreError, redis_notify::Subscriber};
-use crate::config::{RedisTarget, StoreConfig};
+use crate::config::{RedisTarget, RedisTls, StoreConfig};
 
 /// How long a command may take, and a connection attempt. Short: commands
 /// are small, and a request that cannot reach Redis should get its 503
@@ -240,7 +240,11 @@ impl RedisStore {
         let orphans = keys.orphans_channel();
         let (connection, subscriber, publish) = match target {
             RedisTarget::Node(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(map_err)?;
+                let client = match certificates(&config.tls) {
+                    Some(certificates) => redis::Client::build_with_tls(url.as_str(), certificates),
+                    None => redis::Client::open(url.as_str()),
+                }
+                .map_err(map_err)?;
                 let manager = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(COMMAND_TIMEOUT))
                     .set_connection_timeout(Some(COMMAND_TIMEOUT))
@@ -254,14 +258,18 @@ impl RedisStore {
             }
             RedisTarget::Cluster(seeds) => {
                 let builder = || {
-                    ClusterClientBuilder::new(seeds.iter().map(String::as_str))
-                        .connection_timeout(COMMAND_TIMEOUT)
-                        .response_timeout(COMMAND_TIMEOUT)
-                        // Room for a redirection or a topology refresh
-                        // after a failover, within a bounded wait.
-                        .overall_response_timeout(Some(2 * COMMAND_TIMEOUT))
-                        .min_retry_wait(50)
-                        .max_retry_wait(500)
+                    let builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str));
+                    match certificates(&config.tls) {
+                        Some(certificates) => builder.certs(certificates),
+                        None => builder,
+                    }
+                    .connection_timeout(COMMAND_TIMEOUT)
+                    .response_timeout(COMMAND_TIMEOUT)
+                    // Room for a redirection or a topology refresh
+                    // after a failover, within a bounded wait.
+                    .overall_response_timeout(Some(2 * COMMAND_TIMEOUT))
+                    .min_retry_wait(50)
+                    .max_retry_wait(500)
                 };
                 let client = builder().build().map_err(map_err)?;
                 let subscriber = Subscriber::spawn_cluster(builder(), notices, orphans)?;
@@ -358,6 +366,21 @@ impl Health for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
         redis::cmd("PING").query_async::<String>(&mut self.connection()).await.map(drop).map_err(map_err)
     }
+}
+
+/// `[store.tls]` as the redis crate takes it (`None`: nothing configured,
+/// the system's roots for `rediss://`).
+fn certificates(tls: &RedisTls) -> Option<redis::TlsCertificates> {
+    if tls == &RedisTls::default() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
+        root_cert: tls.ca.clone(),
+    })
 }
 
 /// Replies this code cannot read (or a key of the wrong type) are corrupt

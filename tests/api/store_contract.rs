@@ -62,6 +62,7 @@ fn open_store(redis: Option<RedisTarget>, event_log_max_len: u64) -> Harness {
 fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConfig {
     StoreConfig {
         redis,
+        tls: Default::default(),
         wait_replicas: 0,
         wait_replicas_timeout: Duration::from_millis(500),
         key_prefix: unique_prefix(),

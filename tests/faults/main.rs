@@ -15,5 +15,6 @@ mod coding_chat;
 mod harness;
 mod kill9_trials;
 mod redis_outage;
+mod redis_tls;
 mod rolling_restart;
 mod store_error;

@@ -93,6 +93,7 @@ async fn run(args: Args) -> Result<String> {
     let prefix = run_prefix();
     let config = StoreConfig {
         redis: Some(switchboard::config::RedisTarget::Node(args.redis.clone())),
+        tls: Default::default(),
         wait_replicas: 0,
         wait_replicas_timeout: std::time::Duration::from_millis(500),
         key_prefix: prefix.clone(),

@@ -12,10 +12,10 @@ mod tools;
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use super::{
-    AgentConfig, Anonymous, Config, ConfigErrors, Dialect, EnvLookup, InputLimits, RedisTarget, Secret, ServerConfig,
-    StoreConfig, ToolConfig,
+    AgentConfig, Anonymous, Config, ConfigErrors, Dialect, EnvLookup, InputLimits, RedisTarget, RedisTls, Secret,
+    ServerConfig, StoreConfig, ToolConfig,
     access::RawAnonymous,
-    raw::{RawConfig, RawServer},
+    raw::{RawConfig, RawRedisTls, RawServer},
 };
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -69,6 +69,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
     };
 
     let store = StoreConfig {
+        tls: validate_redis_tls(&mut errors, raw.store.tls, redis_urls(&raw.store.redis_url, &raw.store.redis_cluster)),
         redis: validate_redis_target(&mut errors, raw.store.redis_url, raw.store.redis_cluster),
         wait_replicas: wait_replicas(&mut errors, raw.store.wait_replicas, env),
         wait_replicas_timeout: Duration::from_millis(
@@ -185,6 +186,46 @@ fn wait_replicas(errors: &mut ConfigErrors, file: Option<u32>, env: EnvLookup<'_
         }),
         None => file.unwrap_or(0),
     }
+}
+
+/// Every Redis URL configured.
+fn redis_urls<'a>(url: &'a Option<String>, cluster: &'a Option<Vec<String>>) -> Vec<&'a str> {
+    url.iter().chain(cluster.iter().flatten()).map(String::as_str).collect()
+}
+
+/// `[store.tls]`: each file readable and PEM; a certificate with its key;
+/// only for `rediss://` URLs (a plain connection would ignore them).
+fn validate_redis_tls(errors: &mut ConfigErrors, raw: Option<RawRedisTls>, urls: Vec<&str>) -> RedisTls {
+    let Some(raw) = raw else { return RedisTls::default() };
+    let mut read = |key: &str, file: Option<String>, marker: &str| -> Option<Vec<u8>> {
+        let file = file?;
+        match std::fs::read(&file) {
+            Ok(pem) if pem.windows(marker.len()).any(|w| w == marker.as_bytes()) => Some(pem),
+            Ok(_) => {
+                errors.push(format!("store.tls.{key}"), format!("{file} holds no PEM {marker}"));
+                None
+            }
+            Err(e) => {
+                errors.push(format!("store.tls.{key}"), format!("cannot read {file}: {e}"));
+                None
+            }
+        }
+    };
+    let ca = read("ca_file", raw.ca_file, "-----BEGIN CERTIFICATE-----");
+    let cert = read("cert_file", raw.cert_file.clone(), "-----BEGIN CERTIFICATE-----");
+    let key = read("key_file", raw.key_file.clone(), "PRIVATE KEY-----");
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        _ if raw.cert_file.is_some() != raw.key_file.is_some() => {
+            errors.push("store.tls", "cert_file and key_file go together");
+            None
+        }
+        _ => None,
+    };
+    if urls.is_empty() || urls.iter().any(|url| !url.starts_with("rediss://")) {
+        errors.push("store.tls", "needs rediss:// URLs in store.redis_url or store.redis_cluster");
+    }
+    RedisTls { ca, client }
 }
 
 /// `store.redis_url` or `store.redis_cluster` (never both): every URL one

@@ -40,6 +40,9 @@ pub struct ClusterOptions {
     pub extra_toml: String,
     /// Run on a Redis Cluster of the test's own instead of one Redis.
     pub redis_cluster: Option<ClusterShape>,
+    /// Reach the test's one Redis over TLS (`rediss://`, `[store.tls]`
+    /// with its private CA and a client certificate).
+    pub redis_tls: bool,
 }
 
 /// A Redis Cluster for [`ClusterOptions::redis_cluster`].
@@ -71,6 +74,7 @@ impl Default for ClusterOptions {
             agent_toml: String::new(),
             extra_toml: String::new(),
             redis_cluster: None,
+            redis_tls: false,
         }
     }
 }
@@ -96,6 +100,18 @@ impl Cluster {
                 let cluster = OwnRedisCluster::start(shape.primaries, shape.replicas_per_primary).await;
                 let store = format!("redis_cluster = {:?}\nwait_replicas = {}", cluster.seeds(), shape.wait_replicas);
                 (None, Some(cluster), store)
+            }
+            None if options.redis_tls => {
+                let redis = OwnRedis::start_tls().await;
+                let certs = redis.certificates();
+                let store = format!(
+                    "redis_url = \"{}\"\ntls = {{ ca_file = {:?}, cert_file = {:?}, key_file = {:?} }}",
+                    redis.tls_url(),
+                    certs.path("ca.pem"),
+                    certs.path("client.pem"),
+                    certs.path("client.key")
+                );
+                (Some(redis), None, store)
             }
             None => {
                 let redis =

@@ -25,6 +25,7 @@ pub mod redis;
 pub mod redis_cluster;
 pub mod replica;
 pub mod sse;
+pub mod tls;
 pub mod tools;
 pub mod transcript;
 pub mod upstream;

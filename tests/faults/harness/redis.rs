@@ -7,6 +7,10 @@
 //! write (`--appendfsync always`), so a SIGKILL loses nothing that was
 //! acknowledged and [`OwnRedis::restart`] comes back with the same data.
 //! Without it nothing is written to disk (`--save '' --appendonly no`).
+//!
+//! With TLS ([`OwnRedis::start_tls`]) it also listens on a TLS port, with a
+//! certificate of a private CA, checking clients' certificates (Redis's
+//! default); the plain port stays for the harness's readiness probe.
 
 use std::{
     path::PathBuf,
@@ -21,7 +25,7 @@ use tokio::{
     process::{Child, Command},
 };
 
-use super::{ports::free_port, process};
+use super::{ports::free_port, process, tls::Certificates};
 
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
 /// A fresh redis-server answers PING in a few milliseconds; loading a large
@@ -34,6 +38,8 @@ const START_ATTEMPTS: usize = 5;
 
 pub struct OwnRedis {
     port: u16,
+    /// The TLS port and the certificates, with [`OwnRedis::start_tls`].
+    tls: Option<(u16, Certificates)>,
     persistent: bool,
     dir: TempDir,
     child: Option<Child>,
@@ -51,11 +57,25 @@ impl OwnRedis {
         Self::start_with(true).await
     }
 
+    /// Starts a server without persistence that also speaks TLS (see the
+    /// module docs).
+    pub async fn start_tls() -> Self {
+        let dir = tempfile::Builder::new().prefix("sbfault-redis-").tempdir().expect("a temp dir for redis");
+        let certificates = Certificates::generate(dir.path());
+        Self::start_in(Self { port: 0, tls: Some((0, certificates)), persistent: false, dir, child: None }).await
+    }
+
     async fn start_with(persistent: bool) -> Self {
         let dir = tempfile::Builder::new().prefix("sbfault-redis-").tempdir().expect("a temp dir for redis");
-        let mut redis = Self { port: 0, persistent, dir, child: None };
+        Self::start_in(Self { port: 0, tls: None, persistent, dir, child: None }).await
+    }
+
+    async fn start_in(mut redis: Self) -> Self {
         for _ in 0..START_ATTEMPTS {
             redis.port = free_port();
+            if let Some((port, _)) = redis.tls.as_mut() {
+                *port = free_port();
+            }
             redis.spawn();
             if redis.wait_ready_or_exit(READY_TIMEOUT).await {
                 return redis;
@@ -69,6 +89,16 @@ impl OwnRedis {
     /// `redis://127.0.0.1:PORT`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` (a server started with [`OwnRedis::start_tls`]).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls.as_ref().expect("a TLS server").0)
+    }
+
+    /// The certificates of a server started with [`OwnRedis::start_tls`].
+    pub fn certificates(&self) -> &Certificates {
+        &self.tls.as_ref().expect("a TLS server").1
     }
 
     pub fn pid(&self) -> u32 {
@@ -135,6 +165,11 @@ impl OwnRedis {
             command.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
             command.args(["--appendonly", "no"]);
+        }
+        if let Some((tls_port, certs)) = &self.tls {
+            command.args(["--tls-port", &tls_port.to_string()]);
+            command.args(["--tls-cert-file", &certs.path("server.pem"), "--tls-key-file", &certs.path("server.key")]);
+            command.args(["--tls-ca-cert-file", &certs.path("ca.pem")]);
         }
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
         self.child = Some(command.spawn().unwrap_or_else(|e| panic!("cannot start {REDIS_SERVER}: {e}")));

@@ -49,6 +49,7 @@ const FILE: &str = "data.bin";
 pub fn open_store(redis: &str, prefix: &str) -> Result<(Store, mpsc::Receiver<Notice>)> {
     let config = StoreConfig {
         redis: Some(switchboard::config::RedisTarget::Node(redis.to_string())),
+        tls: Default::default(),
         wait_replicas: 0,
         wait_replicas_timeout: std::time::Duration::from_millis(500),
         key_prefix: prefix.to_string(),
