@@ -3,7 +3,7 @@
 # trials (no persistence, 127.0.0.1 only).
 #
 #   scripts/redis-cluster.sh start --dir DIR --port BASE [--primaries N] \
-#       [--replicas R] [--node-timeout MS]
+#       [--replicas R] [--node-timeout MS] [--tls CERTS]
 #   scripts/redis-cluster.sh stop --dir DIR
 #
 # start runs N*(1+R) nodes (N defaults to 3, at least 3; R, the replicas per
@@ -17,6 +17,13 @@
 # prints one seed URL per node on stdout, redis://127.0.0.1:<port>.
 # Diagnostics go to stderr. It refuses to start when one of the ports (or bus
 # ports) already answers.
+#
+# --tls CERTS: the nodes speak TLS only (clients, the cluster bus and
+# replication), with CERTS/server.pem and server.key (for 127.0.0.1, also
+# presented to other nodes, so usable as a client certificate), checked
+# against CERTS/ca.pem, and check clients' certificates (Redis's default);
+# the script's own redis-cli calls present CERTS/client.pem and client.key.
+# The seed URLs are then rediss://.
 #
 # --cluster-node-timeout (--node-timeout, 2000 ms by default rather than
 # Redis's 15000) is how long a node may be unreachable before it is marked
@@ -69,11 +76,11 @@ field() {
 # A key in a slot primary $1 serves, for replicated's probe.
 own_key() {
     local port="$1" ranges range i key slot
-    mapfile -t ranges < <(redis-cli -p "$port" cluster nodes 2>/dev/null \
+    mapfile -t ranges < <(cli -p "$port" cluster nodes 2>/dev/null \
         | awk '/myself/ { for (i = 9; i <= NF; i++) print $i }' | tr -d '\r')
     for ((i = 0; i < 1000; i++)); do
         key="redis-cluster.sh:probe:$i"
-        slot="$(redis-cli -p "$port" cluster keyslot "$key" 2>/dev/null)" || return 1
+        slot="$(cli -p "$port" cluster keyslot "$key" 2>/dev/null)" || return 1
         is_uint "$slot" || return 1
         for range in "${ranges[@]}"; do
             # Single slots and lo-hi ranges; skip [slot->-node] migrations.
@@ -92,12 +99,18 @@ own_key() {
 replicated() {
     local reply
     reply="$(printf 'SET %s 1 PX 5000\nWAIT %s 200\nDEL %s\n' "$2" "$3" "$2" \
-        | redis-cli -p "$1" 2>/dev/null)" || return 1
+        | cli -p "$1" 2>/dev/null)" || return 1
     [[ "$(sed -n 2p <<<"$reply")" == "$3" ]]
 }
 
 is_uint() {
     [[ "$1" =~ ^[0-9]+$ ]]
+}
+
+# redis-cli, over TLS when --tls gave certificates (cli_tls).
+cli_tls=()
+cli() {
+    redis-cli "${cli_tls[@]}" "$@"
 }
 
 # Whether pid $1 is a running redis-server: a recycled pid belongs to
@@ -169,9 +182,10 @@ clear_dir() {
 }
 
 cmd_start() {
-    local dir="" base="" primaries=3 replicas=0 node_timeout=2000
+    local dir="" base="" primaries=3 replicas=0 node_timeout=2000 certs=""
     while (($#)); do
         case "$1" in
+            --tls) certs="${2:-}"; shift 2 || usage ;;
             --dir) dir="${2:-}"; shift 2 || usage ;;
             --port) base="${2:-}"; shift 2 || usage ;;
             --primaries) primaries="${2:-}"; shift 2 || usage ;;
@@ -189,6 +203,16 @@ cmd_start() {
     ((node_timeout > 0)) || die "--node-timeout must be positive"
     command -v redis-server >/dev/null 2>&1 || die "redis-server is not installed"
     command -v redis-cli >/dev/null 2>&1 || die "redis-cli is not installed"
+    local scheme=redis
+    if [[ -n "$certs" ]]; then
+        certs="$(cd "$certs" && pwd)" || die "--tls $certs is not a directory"
+        local pem
+        for pem in ca.pem server.pem server.key client.pem client.key; do
+            [[ -r "$certs/$pem" ]] || die "--tls: $certs/$pem is missing"
+        done
+        cli_tls=(--tls --cacert "$certs/ca.pem" --cert "$certs/client.pem" --key "$certs/client.key")
+        scheme=rediss
+    fi
 
     local total=$((primaries * (1 + replicas)))
     local last=$((base + total - 1))
@@ -218,8 +242,20 @@ cmd_start() {
         # The node's settings in a file of its own, so that starting it
         # again (`redis-server DIR/<port>/redis.conf`, as the failover test
         # does) gives it the same ones.
-        cat >"$dir/$port/redis.conf" <<CONF
-port $port
+        if [[ -n "$certs" ]]; then
+            cat >"$dir/$port/redis.conf" <<CONF
+port 0
+tls-port $port
+tls-cluster yes
+tls-replication yes
+tls-cert-file $certs/server.pem
+tls-key-file $certs/server.key
+tls-ca-cert-file $certs/ca.pem
+CONF
+        else
+            echo "port $port" >"$dir/$port/redis.conf"
+        fi
+        cat >>"$dir/$port/redis.conf" <<CONF
 bind 127.0.0.1
 cluster-enabled yes
 cluster-config-file $dir/$port/nodes.conf
@@ -240,7 +276,7 @@ CONF
     for _ in $(seq 1 100); do
         pending=()
         for port in "${ports[@]}"; do
-            [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] || pending+=("$port")
+            [[ "$(cli -p "$port" ping 2>/dev/null)" == PONG ]] || pending+=("$port")
         done
         ((${#pending[@]})) || break
         sleep 0.1
@@ -255,7 +291,7 @@ CONF
         addresses+=("127.0.0.1:$port")
     done
     # redis-cli waits for the nodes to agree with no deadline of its own.
-    if ! timeout 30 redis-cli --cluster create "${addresses[@]}" \
+    if ! timeout 30 redis-cli "${cli_tls[@]}" --cluster create "${addresses[@]}" \
         --cluster-replicas "$replicas" --cluster-yes >"$dir/create.log" 2>&1; then
         logs_tail "$dir"
         die "redis-cli --cluster create failed (its output: $dir/create.log)"
@@ -273,7 +309,7 @@ CONF
     while :; do
         pending=()
         for port in "${ports[@]}"; do
-            info="$(redis-cli -p "$port" cluster info 2>/dev/null)" || true
+            info="$(cli -p "$port" cluster info 2>/dev/null)" || true
             if [[ "$(field cluster_state "$info")" != ok \
                 || "$(field cluster_slots_ok "$info")" != 16384 \
                 || "$(field cluster_known_nodes "$info")" != "$total" ]]; then
@@ -282,12 +318,12 @@ CONF
             fi
             # Its view of the roles, which gossip spreads: every replica as
             # one (a primary votes only for a replica it knows as one).
-            if [[ "$(redis-cli -p "$port" cluster nodes 2>/dev/null | grep -c ' [a-z,]*slave')" \
+            if [[ "$(cli -p "$port" cluster nodes 2>/dev/null | grep -c ' [a-z,]*slave')" \
                 != $((primaries * replicas)) ]]; then
                 pending+=("$port")
                 continue
             fi
-            replication="$(redis-cli -p "$port" info replication 2>/dev/null)" || true
+            replication="$(cli -p "$port" info replication 2>/dev/null)" || true
             case "$(field role "$replication")" in
                 slave)
                     [[ "$(field master_link_status "$replication")" == up ]] || pending+=("$port")
@@ -314,7 +350,7 @@ CONF
     if ((${#pending[@]})); then
         for port in "${pending[@]}"; do
             echo "---- 127.0.0.1:$port cluster info" >&2
-            redis-cli -p "$port" cluster info 2>&1 | tr -d '\r' | head -n 8 >&2 || true
+            cli -p "$port" cluster info 2>&1 | tr -d '\r' | head -n 8 >&2 || true
         done
         logs_tail "$dir"
         die "nodes ${pending[*]} were not ready within 20 s (cluster_state:ok," \
@@ -325,7 +361,7 @@ CONF
     ((replicas == 0)) || summary+=", replicas on ${ports[*]:primaries}"
     echo "cluster ready $((SECONDS - started)) s after start: $summary" >&2
     for port in "${ports[@]}"; do
-        echo "redis://127.0.0.1:$port"
+        echo "$scheme://127.0.0.1:$port"
     done
 }
 

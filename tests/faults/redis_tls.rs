@@ -1,8 +1,9 @@
-//! The store over TLS: a redis-server of the test's own with a private CA
-//! that checks client certificates (Redis's default), reached at
-//! `rediss://` with `[store.tls]`. The store speaks to it (commands and the
-//! subscription) only with the CA and the client certificate; the real
-//! binary streams a turn across two replicas through it.
+//! The store over TLS: a redis-server (and a three-primary Redis Cluster)
+//! of the test's own with a private CA that checks client certificates
+//! (Redis's default), reached at `rediss://` with `[store.tls]`. The store
+//! speaks to it (commands and the subscription) only with the CA and the
+//! client certificate; the real binary streams a turn across two replicas
+//! through one Redis.
 
 use std::time::Duration;
 
@@ -16,14 +17,16 @@ use crate::harness::{
     checks::{self, Expect},
     cluster::{Cluster, ClusterOptions},
     redis::OwnRedis,
+    redis_cluster::OwnRedisCluster,
+    tls::Certificates,
 };
 
 const WORDS: u32 = 40;
 const TURN_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn open(url: String, tls: RedisTls) -> (Store, mpsc::Receiver<Notice>) {
+fn open(target: RedisTarget, tls: RedisTls) -> (Store, mpsc::Receiver<Notice>) {
     let config = StoreConfig {
-        redis: Some(RedisTarget::Node(url)),
+        redis: Some(target),
         tls,
         wait_replicas: 0,
         wait_replicas_timeout: Duration::from_millis(500),
@@ -41,14 +44,28 @@ fn read(path: String) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_store_speaks_tls_with_a_private_ca_and_a_client_certificate_and_nothing_less() {
+async fn one_redis_speaks_tls_with_a_private_ca_and_a_client_certificate_and_nothing_less() {
     let redis = OwnRedis::start_tls().await;
-    let certs = redis.certificates();
+    let plain = redis.tls_url().replace("rediss://", "redis://");
+    speaks_tls_only(redis.certificates(), RedisTarget::Node(redis.tls_url()), RedisTarget::Node(plain)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_speaks_tls_with_a_private_ca_and_a_client_certificate_and_nothing_less() {
+    let cluster = OwnRedisCluster::start_tls(3, 0).await;
+    let plain = cluster.seeds().iter().map(|seed| seed.replace("rediss://", "redis://")).collect();
+    speaks_tls_only(cluster.certificates(), RedisTarget::Cluster(cluster.seeds()), RedisTarget::Cluster(plain)).await;
+}
+
+/// A store of `target` with the CA and the client certificate commits,
+/// reads and hears a wake-up; without either, or in plain text (`plain`),
+/// it is refused.
+async fn speaks_tls_only(certs: &Certificates, target: RedisTarget, plain: RedisTarget) {
     let ca = read(certs.path("ca.pem"));
     let client = (read(certs.path("client.pem")), read(certs.path("client.key")));
     let full = RedisTls { ca: Some(ca.clone()), client: Some(client.clone()) };
 
-    let (store, mut notices) = open(redis.tls_url(), full.clone());
+    let (store, mut notices) = open(target.clone(), full);
     store.health.ping().await.expect("PING over TLS");
     // A write, read back; a cancel request's wake-up heard on the
     // subscription (its own TLS connection).
@@ -77,12 +94,12 @@ async fn the_store_speaks_tls_with_a_private_ca_and_a_client_certificate_and_not
     // Nothing less is let through: no client certificate, the system's
     // roots instead of the CA, or plain text to the TLS port.
     let refused = [
-        ("no client certificate", redis.tls_url(), RedisTls { ca: Some(ca), client: None }),
-        ("the system's roots", redis.tls_url(), RedisTls { ca: None, client: Some(client) }),
-        ("plain text", redis.tls_url().replace("rediss://", "redis://"), RedisTls::default()),
+        ("no client certificate", target.clone(), RedisTls { ca: Some(ca), client: None }),
+        ("the system's roots", target, RedisTls { ca: None, client: Some(client) }),
+        ("plain text", plain, RedisTls::default()),
     ];
-    for (what, url, tls) in refused {
-        let (store, _notices) = open(url, tls);
+    for (what, target, tls) in refused {
+        let (store, _notices) = open(target, tls);
         let answer = store.health.ping().await;
         assert!(matches!(answer, Err(StoreError::Unavailable(_))), "{what}: {answer:?}");
     }

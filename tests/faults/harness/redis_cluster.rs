@@ -13,7 +13,7 @@ use std::{
 use tempfile::TempDir;
 use tokio::process::Command;
 
-use super::process;
+use super::{process, tls::Certificates};
 
 /// The script's wait for a healthy cluster is bounded (≈ 20 s); this is the
 /// test's bound on the whole start.
@@ -25,31 +25,51 @@ pub struct OwnRedisCluster {
     dir: TempDir,
     ports: Vec<u16>,
     primaries: usize,
+    /// Its certificates, when it speaks TLS only ([`OwnRedisCluster::start_tls`]).
+    tls: Option<Certificates>,
 }
 
 impl OwnRedisCluster {
     /// `primaries` primaries with `replicas` replicas each; waits until the
     /// cluster is healthy (every slot served, every replica in sync).
     pub async fn start(primaries: usize, replicas: usize) -> Self {
+        Self::start_with(primaries, replicas, false).await
+    }
+
+    /// The same, speaking TLS only, with a private CA and client checks
+    /// (`redis-cluster.sh --tls`; see [`Certificates`]).
+    pub async fn start_tls(primaries: usize, replicas: usize) -> Self {
+        Self::start_with(primaries, replicas, true).await
+    }
+
+    async fn start_with(primaries: usize, replicas: usize, tls: bool) -> Self {
         let nodes = primaries * (1 + replicas);
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::Builder::new().prefix("sbfault-cluster-").tempdir().expect("a temp dir");
             let base = free_range(nodes);
+            let certificates = tls.then(|| {
+                let certs = dir.path().join("certs");
+                std::fs::create_dir(&certs).expect("a directory for the certificates");
+                Certificates::generate(&certs)
+            });
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/redis-cluster.sh");
-            let run = Command::new(&script)
-                .args(["start", "--dir"])
-                .arg(dir.path().join("nodes"))
-                .args(["--port", &base.to_string()])
-                .args(["--primaries", &primaries.to_string(), "--replicas", &replicas.to_string()])
-                .stdin(Stdio::null())
-                .kill_on_drop(true)
-                .output();
+            let mut command = Command::new(&script);
+            command.args(["start", "--dir"]).arg(dir.path().join("nodes")).args(["--port", &base.to_string()]).args([
+                "--primaries",
+                &primaries.to_string(),
+                "--replicas",
+                &replicas.to_string(),
+            ]);
+            if tls {
+                command.arg("--tls").arg(dir.path().join("certs"));
+            }
+            let run = command.stdin(Stdio::null()).kill_on_drop(true).output();
             let output = tokio::time::timeout(START_TIMEOUT, run)
                 .await
                 .expect("redis-cluster.sh start took too long")
                 .expect("run scripts/redis-cluster.sh");
-            let cluster = Self { dir, ports: (base..base + nodes as u16).collect(), primaries };
+            let cluster = Self { dir, ports: (base..base + nodes as u16).collect(), primaries, tls: certificates };
             if output.status.success() {
                 return cluster;
             }
@@ -61,7 +81,13 @@ impl OwnRedisCluster {
 
     /// Every node's URL (the client needs one; all make it start faster).
     pub fn seeds(&self) -> Vec<String> {
-        self.ports.iter().map(|port| format!("redis://127.0.0.1:{port}")).collect()
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        self.ports.iter().map(|port| format!("{scheme}://127.0.0.1:{port}")).collect()
+    }
+
+    /// The certificates of a cluster started with [`OwnRedisCluster::start_tls`].
+    pub fn certificates(&self) -> &Certificates {
+        self.tls.as_ref().expect("a TLS cluster")
     }
 
     /// The ports of the nodes that started as primaries.

@@ -36,7 +36,8 @@ impl Certificates {
             "-out",
             "ca.pem",
         ]);
-        certs.sign("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+        // Cluster nodes present the server's certificate to each other too.
+        certs.sign("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n");
         certs.sign("client", "extendedKeyUsage=clientAuth\n");
         certs
     }
