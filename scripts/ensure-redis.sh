@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Makes sure a Redis answers on 127.0.0.1:6379: installs Debian's redis-server
-# if it is missing and starts it (no persistence) if nothing answers.
+# if it is missing and starts it (no persistence) if nothing answers. Also
+# installs openssl, with which the TLS tests make their certificates.
 set -euo pipefail
+
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "installing openssl from Debian's packages" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
 
 redis_answers() {
   # PING over bash's /dev/tcp, so redis-cli is not needed to ask.
