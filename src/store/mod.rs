@@ -496,7 +496,7 @@ impl Store {
     ) -> Result<Self, StoreError> {
         match &config.redis {
             Some(target) => {
-                let backend = Arc::new(RedisStore::open(target, config, notices)?);
+                let backend = Arc::new(RedisStore::open(target, config, notices, metrics.clone())?);
                 Ok(Self::from_backend(Arc::new(Timed::new(backend, metrics, "redis")), "redis"))
             }
             None => {

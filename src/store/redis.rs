@@ -77,7 +77,10 @@ use self::{
     repair::{Repairer, Repairs},
 };
 use super::{Health, Notice, Notifications, RelayIndex, SessionKey, StoreError, redis_notify::Subscriber};
-use crate::config::{RedisTarget, RedisTls, StoreConfig};
+use crate::{
+    config::{RedisTarget, RedisTls, StoreConfig},
+    telemetry::metrics::Metrics,
+};
 
 /// How long a command may take, and a connection attempt. Short: commands
 /// are small, and a request that cannot reach Redis should get its 503
@@ -235,7 +238,12 @@ impl RedisStore {
     /// nothing yet (both connect in the background or on first use), so
     /// the app starts while Redis is down. Must be called inside a tokio
     /// runtime.
-    pub fn open(target: &RedisTarget, config: &StoreConfig, notices: mpsc::Sender<Notice>) -> Result<Self, StoreError> {
+    pub fn open(
+        target: &RedisTarget,
+        config: &StoreConfig,
+        notices: mpsc::Sender<Notice>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StoreError> {
         let keys = Arc::new(Keys { prefix: config.key_prefix.clone() });
         let orphans = keys.orphans_channel();
         let (connection, subscriber, publish) = match target {
@@ -276,7 +284,7 @@ impl RedisStore {
                 (Conn::Cluster(Arc::new(LazyCluster::new(client))), subscriber, "SPUBLISH")
             }
         };
-        let repairs = Arc::<Repairs>::default();
+        let repairs = Arc::new(Repairs::new(metrics));
         let repairer = Repairer { conn: connection.clone(), keys: keys.clone(), repairs: repairs.clone() };
         Ok(Self {
             connection,
@@ -425,7 +433,8 @@ mod tests {
     async fn a_tenants_lists_share_the_tenants_hash_tag() {
         let (tx, _rx) = mpsc::channel(1);
         let config = StoreConfig::for_unit_tests();
-        let store = RedisStore::open(&RedisTarget::Node("redis://127.0.0.1:1".into()), &config, tx).unwrap();
+        let target = RedisTarget::Node("redis://127.0.0.1:1".into());
+        let store = RedisStore::open(&target, &config, tx, Default::default()).unwrap();
         let subject = crate::store::ListScope::Subject { tenant: "acme".into(), subject: "alice".into() };
         assert_eq!(store.list_key(&subject), "sb:{t:acme}:subj:alice:sessions");
         assert_eq!(store.list_key(&crate::store::ListScope::Tenant("acme".into())), "sb:{t:acme}:sessions");

@@ -89,6 +89,13 @@ pub struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IndexLabels {
+    /// `lost` (a hint a node did not take), `repaired` (written again from
+    /// its session's state), `dropped` (the repair queue was full).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CorsLabels {
     /// `preflight` or `request` (an origin no list names), `tenant` (an
     /// origin only another tenant lists, used with this tenant's credential).
@@ -113,6 +120,8 @@ pub struct Metrics {
     /// Sessions this replica took over from a dead one.
     pub takeovers: Counter,
     pub store_duration: Family<StoreLabels, Histogram>,
+    /// Index entries lost on a cluster, repaired, dropped.
+    pub store_index_entries: Family<IndexLabels, Counter>,
     /// Cross-origin requests whose origin CORS does not allow.
     pub cors_refused: Family<CorsLabels, Counter>,
 }
@@ -162,6 +171,12 @@ impl Metrics {
             "Store operations by operation and outcome",
             store_duration.clone(),
         );
+        let store_index_entries = Family::<IndexLabels, Counter>::default();
+        r.register(
+            "store_index_entries",
+            "Index entries a Redis Cluster node did not take (lost), written again from the session (repaired), or given up (dropped)",
+            store_index_entries.clone(),
+        );
         let cors_refused = Family::<CorsLabels, Counter>::default();
         r.register("cors_refused", "Cross-origin requests from origins CORS does not allow", cors_refused.clone());
         Self {
@@ -179,6 +194,7 @@ impl Metrics {
             resumes,
             takeovers,
             store_duration,
+            store_index_entries,
             cors_refused,
         }
     }
@@ -236,6 +252,13 @@ impl Metrics {
     pub fn store_op(&self, op: &'static str, outcome: &'static str, elapsed: Duration) {
         let labels = StoreLabels { op: op.to_string(), outcome: outcome.to_string() };
         self.store_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    }
+
+    /// `n` index entries with `outcome` (see [`IndexLabels`]).
+    pub fn index_entries(&self, outcome: &'static str, n: u64) {
+        if n > 0 {
+            self.store_index_entries.get_or_create(&IndexLabels { outcome: outcome.to_string() }).inc_by(n);
+        }
     }
 
     /// The OpenMetrics text exposition.

@@ -73,9 +73,14 @@ fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConf
 }
 
 fn open_config(config: StoreConfig) -> Harness {
+    open_config_with(config, Default::default())
+}
+
+/// The store counting into `metrics`.
+fn open_config_with(config: StoreConfig, metrics: std::sync::Arc<switchboard::telemetry::metrics::Metrics>) -> Harness {
     let prefix = config.key_prefix.clone();
     let (tx, notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
-    let store = Store::open(&config, tx, Default::default()).expect("the store opens");
+    let store = Store::open(&config, tx, metrics).expect("the store opens");
     Harness { store, notices, prefix }
 }
 

@@ -35,7 +35,10 @@ use super::{
     conn::{Conn, Spread},
     map_err,
 };
-use crate::store::{SessionKey, StoreError, is_active};
+use crate::{
+    store::{SessionKey, StoreError, is_active},
+    telemetry::metrics::Metrics,
+};
 
 /// Sessions repaired per round (one batch of reads, one of writes).
 const BATCH: usize = 256;
@@ -76,18 +79,24 @@ impl Pending {
 }
 
 /// The queue of sessions whose index entries must be written again.
-#[derive(Default)]
 pub(super) struct Repairs {
     pending: Mutex<HashMap<SessionKey, Pending>>,
     ready: Notify,
+    /// `switchboard_store_index_entries_total` by outcome.
+    metrics: Arc<Metrics>,
 }
 
 impl Repairs {
+    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
+        Self { pending: Mutex::default(), ready: Notify::new(), metrics }
+    }
+
     /// Queues `lost` (from [`Conn::send`]).
     pub(super) fn add(&self, lost: Vec<Redo>) {
         if lost.is_empty() {
             return;
         }
+        self.metrics.index_entries("lost", lost.len() as u64);
         let mut dropped = 0;
         {
             let mut pending = self.pending.lock().expect("the repair queue is never poisoned");
@@ -105,6 +114,7 @@ impl Repairs {
                 pending.entry(key).or_default().merge(what);
             }
         }
+        self.metrics.index_entries("dropped", dropped);
         if dropped > 0 {
             tracing::warn!(dropped, "index repair queue full; those sessions are taken over on their next request");
         }
@@ -158,6 +168,7 @@ impl Repairer {
             let batch = self.repairs.take().await;
             let sessions = batch.len();
             let failed = self.round(batch).await;
+            self.repairs.metrics.index_entries("repaired", (sessions - failed.len()) as u64);
             if failed.is_empty() {
                 tracing::info!(sessions, "lost index entries written again");
             } else {
@@ -253,7 +264,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sessions_lost_entries_are_queued_once_and_taken_together() {
-        let repairs = Repairs::default();
+        let repairs = Repairs::new(Default::default());
         repairs.add(vec![
             Redo::Ownership(key("s1")),
             Redo::Listed { key: key("s1"), list: "l".into(), position: "p".into() },
@@ -283,9 +294,12 @@ mod tests {
 
     #[test]
     fn the_queue_is_bounded() {
-        let repairs = Repairs::default();
+        let metrics = Arc::new(Metrics::new());
+        let repairs = Repairs::new(metrics.clone());
         repairs.add((0..MAX_PENDING + 10).map(|i| Redo::Ownership(key(&i.to_string()))).collect());
         assert_eq!(repairs.len(), MAX_PENDING);
+        let text = metrics.render();
+        assert!(text.contains("switchboard_store_index_entries_total{outcome=\"dropped\"} 10"), "{text}");
         // A session already queued still gets its new entries.
         repairs.add(vec![Redo::Listed { key: key("0"), list: "l".into(), position: "p".into() }]);
         assert_eq!(repairs.len(), MAX_PENDING);

@@ -160,7 +160,8 @@ async fn node_of(key: &str) -> String {
 async fn an_index_entry_lost_to_a_node_is_written_again_from_the_sessions_state() {
     use switchboard::store::{ListScope, Listing};
     let user = NodeUser::create().await;
-    let h = open_config(store_config(Some(RedisTarget::Cluster(user.seeds())), 100));
+    let metrics = std::sync::Arc::new(switchboard::telemetry::metrics::Metrics::new());
+    let h = open_config_with(store_config(Some(RedisTarget::Cluster(user.seeds())), 100), metrics.clone());
     let owned_by = |instance: &'static str, k: SessionKey| {
         let store = h.store.clone();
         async move { store.replicas.owned(instance, 1000).await.unwrap().contains(&k) }
@@ -208,5 +209,13 @@ async fn an_index_entry_lost_to_a_node_is_written_again_from_the_sessions_state(
     user.allow_index_writes().await;
     eventually("the new owner's entry is written again", || owned_by("b#1", k.clone())).await;
     assert_eq!(h.store.replicas.orphans(10).await, Ok(vec![]), "an orphan entry the state no longer implies");
+    // Counted for operators.
+    let counted = |outcome: &str| {
+        let line = format!("switchboard_store_index_entries_total{{outcome=\"{outcome}\"}} ");
+        let text = metrics.render();
+        text.lines().find_map(|l| l.strip_prefix(line.as_str())).map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    assert!(counted("lost") >= 4, "{}", metrics.render());
+    assert!(counted("repaired") >= 2, "{}", metrics.render());
     user.remove().await;
 }
