@@ -169,6 +169,9 @@ pub struct StoreConfig {
     pub wait_replicas: u32,
     /// How long that wait may take before the commit counts as failed.
     pub wait_replicas_timeout: Duration,
+    /// How long a streamed token may wait for more to join its commit
+    /// (`store.commit_linger_ms`, 0 = none; see `sessions/writer.rs`).
+    pub commit_linger: Duration,
     pub key_prefix: String,
     /// Idle sessions, their logs and relay ids expire after this long.
     pub session_ttl: Duration,
@@ -188,6 +191,7 @@ impl StoreConfig {
             tls: RedisTls::default(),
             wait_replicas: 0,
             wait_replicas_timeout: Duration::from_millis(500),
+            commit_linger: Duration::ZERO,
             key_prefix: "sb:".into(),
             session_ttl: Duration::from_secs(60),
             event_log_max_len: 10,

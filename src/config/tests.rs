@@ -118,6 +118,12 @@ fn a_store_is_one_redis_or_one_cluster_of_redis_urls() {
     let zero = "[store]\nredis_url = \"redis://x\"\nwait_replicas_timeout_ms = 0\n";
     assert_eq!(path_of(zero, &[]), vec!["store.wait_replicas_timeout_ms"]);
     assert_eq!(path_of("", &[("SWITCHBOARD_WAIT_REPLICAS", "one")]), vec!["store.wait_replicas"]);
+    let linger = "[store]\ncommit_linger_ms = 1001\n";
+    assert_eq!(path_of(linger, &[]), vec!["store.commit_linger_ms"]);
+    let config = Config::from_toml(&format!("[store]\ncommit_linger_ms = 50\n{REST}"), &env_of(&[])).expect("valid");
+    assert_eq!(config.store.commit_linger, std::time::Duration::from_millis(50));
+    let config = Config::from_toml(REST, &env_of(&[])).expect("valid");
+    assert_eq!(config.store.commit_linger, std::time::Duration::ZERO, "off by default");
 }
 
 #[test]

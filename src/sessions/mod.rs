@@ -164,6 +164,7 @@ impl Sessions {
             hub.clone(),
             instance.clone(),
             give_up,
+            config.store.commit_linger,
             shutdown.clone(),
             halt.clone(),
             &tasks,

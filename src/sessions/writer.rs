@@ -12,6 +12,12 @@
 //! out together (one pipelined store call per batch, several batches in
 //! flight).
 //!
+//! With a linger (`store.commit_linger_ms`), streamed events after a
+//! step's first wait up to that long, from the oldest of them, for more to
+//! join their commit (a transition queued behind them sends them at once):
+//! fewer commits and client writes per token, each token that much later.
+//! Without one (the default) nothing waits.
+//!
 //! Nothing is dropped quietly. A commit the store does not answer is sent
 //! again — exactly the same commit, so a commit that was applied after all
 //! (its answer lost) is recognised by its number and not applied twice —
@@ -139,20 +145,23 @@ pub struct Pipe {
 
 impl Writer {
     /// Starts the writer task. `give_up`: how long a session's commits may
-    /// keep failing before its queue is broken. It stops when `shutdown` is
-    /// cancelled, after one last attempt at what is queued (bounded by
-    /// `give_up`), or at once when `halt` is.
+    /// keep failing before its queue is broken; `linger`: how long streamed
+    /// events may wait for more (see the module docs). It stops when
+    /// `shutdown` is cancelled, after one last attempt at what is queued
+    /// (bounded by `give_up`), or at once when `halt` is.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         store: Store,
         hub: EventHub,
         instance: String,
         give_up: Duration,
+        linger: Duration,
         shutdown: CancellationToken,
         halt: CancellationToken,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::channel(INBOX);
-        let task = Task { store, hub, instance, give_up, queues: HashMap::new(), inbox: rx };
+        let task = Task { store, hub, instance, give_up, linger, queues: HashMap::new(), inbox: rx };
         tasks.spawn(task.run(shutdown, halt));
         Self { tx }
     }
@@ -214,6 +223,8 @@ enum Item {
 struct Attempt {
     /// Items of the queue it carries.
     items: usize,
+    /// Whether one of them is a transition.
+    transition: bool,
     /// Its events, merged, for the followers once it is durable.
     events: Vec<Event>,
     commit: Commit,
@@ -226,6 +237,11 @@ struct Queue {
     items: VecDeque<Item>,
     attempt: Option<Attempt>,
     in_flight: bool,
+    /// When the oldest streamed events not yet in an attempt were queued.
+    oldest: Option<Instant>,
+    /// Whether the last commit applied carried a transition (or none was
+    /// made yet): the next streamed events start a step and do not linger.
+    after_transition: bool,
     /// When the store first failed the current attempt, and when to retry.
     failing_since: Option<Instant>,
     retry_at: Option<Instant>,
@@ -235,11 +251,22 @@ struct Queue {
 }
 
 impl Queue {
-    fn ready(&self, now: Instant) -> bool {
+    fn ready(&self, now: Instant, linger: Duration) -> bool {
         !self.in_flight
             && self.broken.get().is_none()
             && (self.attempt.is_some() || !self.items.is_empty())
             && self.retry_at.is_none_or(|at| at <= now)
+            && self.lingers_until(linger).is_none_or(|until| until <= now)
+    }
+
+    /// Until when its streamed events wait for more (see the module docs).
+    fn lingers_until(&self, linger: Duration) -> Option<Instant> {
+        if linger.is_zero() || self.after_transition || self.attempt.is_some() {
+            return None;
+        }
+        let until = self.oldest? + linger;
+        let transition = self.items.iter().any(|item| matches!(item, Item::Commit(..)));
+        (!transition).then_some(until)
     }
 
     /// Breaks the queue: every waiting transition gets `error`, streamed
@@ -260,6 +287,7 @@ struct Task {
     hub: EventHub,
     instance: String,
     give_up: Duration,
+    linger: Duration,
     queues: HashMap<SessionKey, Queue>,
     inbox: mpsc::Receiver<Submission>,
 }
@@ -298,6 +326,7 @@ impl Task {
             while let Ok(more) = self.inbox.try_recv() {
                 self.accept(more);
             }
+            self.linger = Duration::ZERO;
             for queue in self.queues.values_mut() {
                 queue.retry_at = None;
             }
@@ -316,8 +345,14 @@ impl Task {
         }
     }
 
+    /// The earliest time a queue that is not in flight becomes ready: a
+    /// retry, or the end of a linger.
     fn next_retry(&self) -> Option<Instant> {
-        self.queues.values().filter(|q| !q.in_flight).filter_map(|q| q.retry_at).min()
+        let wake = |q: &Queue| match (q.retry_at, q.lingers_until(self.linger)) {
+            (Some(retry), Some(linger)) => Some(retry.max(linger)),
+            (retry, linger) => retry.or(linger),
+        };
+        self.queues.values().filter(|q| !q.in_flight).filter_map(wake).min()
     }
 
     fn accept(&mut self, submission: Submission) {
@@ -331,6 +366,8 @@ impl Task {
                         items: VecDeque::new(),
                         attempt: None,
                         in_flight: false,
+                        oldest: None,
+                        after_transition: true,
                         failing_since: None,
                         retry_at: None,
                         backoff: RETRY_FIRST,
@@ -341,6 +378,7 @@ impl Task {
             }
             Submission::Events { key, epoch, events, permit } => match self.queues.get_mut(&key) {
                 Some(queue) if queue.epoch == epoch && queue.broken.get().is_none() => {
+                    queue.oldest.get_or_insert_with(Instant::now);
                     queue.items.push_back(Item::Events(events, permit))
                 }
                 _ => {}
@@ -378,8 +416,9 @@ impl Task {
     fn dispatch(&mut self, in_flight: &mut FuturesUnordered<futures::future::BoxFuture<'static, Batch>>) {
         let now = Instant::now();
         while in_flight.len() < IN_FLIGHT {
+            let linger = self.linger;
             let ready: Vec<SessionKey> =
-                self.queues.iter().filter(|(_, q)| q.ready(now)).map(|(k, _)| k.clone()).take(BATCH).collect();
+                self.queues.iter().filter(|(_, q)| q.ready(now, linger)).map(|(k, _)| k.clone()).take(BATCH).collect();
             if ready.is_empty() {
                 return;
             }
@@ -388,6 +427,7 @@ impl Task {
                 let Some(queue) = self.queues.get_mut(key) else { continue };
                 if queue.attempt.is_none() {
                     queue.attempt = Some(attempt(&self.instance, key, queue));
+                    queue.oldest = None;
                 }
                 queue.in_flight = true;
                 if let Some(attempt) = &queue.attempt {
@@ -413,6 +453,7 @@ impl Task {
                 Ok(committed) => {
                     let Some(attempt) = queue.attempt.take() else { continue };
                     queue.n += 1;
+                    queue.after_transition = attempt.transition;
                     queue.failing_since = None;
                     queue.retry_at = None;
                     queue.backoff = RETRY_FIRST;
@@ -482,12 +523,145 @@ fn attempt(instance: &str, key: &SessionKey, queue: &Queue) -> Attempt {
         commit.clear_cancel = change.clear_cancel;
         commit.workspace = change.workspace.clone();
     }
-    Attempt { items, events, commit }
+    Attempt { items, transition: change.is_some(), events, commit }
 }
 
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The linger, on the memory store and tokio's paused clock: what is
+    //! committed when, in virtual time (no wall clock is read).
+
+    use tokio::time::advance;
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+    use crate::{
+        config::StoreConfig,
+        domain::{AgentRef, EventKind},
+        store::Notice,
+    };
+
+    const LINGER: Duration = Duration::from_millis(100);
+
+    fn text(text: &str) -> Event {
+        Event {
+            kind: EventKind::TextDelta { text: text.into() },
+            agent: AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 },
+            ts: 0,
+        }
+    }
+
+    struct Fixture {
+        store: Store,
+        key: SessionKey,
+        pipe: Pipe,
+        // Kept for the writer's and the hub's sake.
+        _wakes: mpsc::Receiver<super::super::hub::Wake>,
+        _notices: mpsc::Sender<Notice>,
+    }
+
+    /// A running session owned by `a#1`, its tenure's pipe on a writer
+    /// with `linger`.
+    async fn fixture(linger: Duration) -> Fixture {
+        let (notices_tx, notices) = mpsc::channel(16);
+        let store = Store::open(&StoreConfig::for_unit_tests(), notices_tx.clone(), Default::default()).unwrap();
+        let key = SessionKey::new("acme", "s1");
+        let mut create = Commit::new(key.clone(), Fence::Absent, "a#1");
+        create.owner = OwnerChange::Acquire("a#1".into());
+        create.state = Some(StateWrite { doc: "{}".into(), status: "running" });
+        store.sessions.commit(&[create]).await.remove(0).expect("the session is created");
+        let (tasks, shutdown) = (TaskTracker::new(), CancellationToken::new());
+        let (wakes_tx, wakes) = mpsc::channel(16);
+        let hub = EventHub::start(store.clone(), "a#1".into(), notices, wakes_tx, tasks.clone(), shutdown.clone());
+        let writer = Writer::start(
+            store.clone(),
+            hub,
+            "a#1".into(),
+            Duration::from_secs(10),
+            linger,
+            shutdown,
+            CancellationToken::new(),
+            &tasks,
+        );
+        let pipe = writer.open(key.clone(), 1).await;
+        Fixture { store, key, pipe, _wakes: wakes, _notices: notices_tx }
+    }
+
+    impl Fixture {
+        /// The committed text deltas, one string per event.
+        async fn texts(&self) -> Vec<String> {
+            let range = self.store.log.read_after(&self.key, 0, 100).await.unwrap();
+            range
+                .events
+                .iter()
+                .map(|e| serde_json::from_str::<Event>(&e.payload).unwrap())
+                .filter_map(|e| match e.kind {
+                    EventKind::TextDelta { text } => Some(text),
+                    _ => None,
+                })
+                .collect()
+        }
+
+        /// Lets the writer run until it waits (on the inbox, a commit or
+        /// the clock): the paused clock does not move meanwhile.
+        async fn settle(&self) {
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steps_first_token_goes_at_once_and_later_ones_wait_the_linger_for_company() {
+        let f = fixture(LINGER).await;
+        f.pipe.emit(vec![text("He")]).await.unwrap();
+        f.settle().await;
+        assert_eq!(f.texts().await, ["He"], "the step's first token is not held");
+
+        f.pipe.emit(vec![text("ll")]).await.unwrap();
+        f.settle().await;
+        advance(LINGER / 2).await;
+        f.pipe.emit(vec![text("o")]).await.unwrap();
+        f.settle().await;
+        assert_eq!(f.texts().await, ["He"], "within the linger nothing more is committed");
+        // The linger counts from the oldest waiting token.
+        advance(LINGER / 2).await;
+        f.settle().await;
+        assert_eq!(f.texts().await, ["He", "llo"], "one commit, one event, for the tokens that waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transition_takes_the_waiting_tokens_along_at_once() {
+        let f = fixture(LINGER).await;
+        f.pipe.emit(vec![text("a")]).await.unwrap();
+        f.settle().await;
+        f.pipe.emit(vec![text("b")]).await.unwrap();
+        let before = Instant::now();
+        let change = Change { events: vec![text("!")], ..Change::default() };
+        f.pipe.commit(change).await.expect("the transition commits");
+        assert_eq!(Instant::now(), before, "no virtual time passed: nothing waited for the linger");
+        assert_eq!(f.texts().await, ["a", "b", "!"]);
+
+        // After a transition, the next token starts a step: at once.
+        f.pipe.emit(vec![text("c")]).await.unwrap();
+        f.settle().await;
+        assert_eq!(f.texts().await, ["a", "b", "!", "c"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_linger_every_token_is_committed_as_it_comes() {
+        let f = fixture(Duration::ZERO).await;
+        for token in ["a", "b", "c"] {
+            f.pipe.emit(vec![text(token)]).await.unwrap();
+            f.settle().await;
+        }
+        assert_eq!(f.texts().await, ["a", "b", "c"]);
     }
 }

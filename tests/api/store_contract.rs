@@ -65,6 +65,7 @@ fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConf
         tls: Default::default(),
         wait_replicas: 0,
         wait_replicas_timeout: Duration::from_millis(500),
+        commit_linger: Duration::ZERO,
         key_prefix: unique_prefix(),
         session_ttl: Duration::from_secs(60),
         event_log_max_len,

@@ -96,6 +96,7 @@ async fn run(args: Args) -> Result<String> {
         tls: Default::default(),
         wait_replicas: 0,
         wait_replicas_timeout: std::time::Duration::from_millis(500),
+        commit_linger: std::time::Duration::ZERO,
         key_prefix: prefix.clone(),
         session_ttl: std::time::Duration::from_secs(600),
         event_log_max_len: 100_000,

@@ -19,6 +19,8 @@ use super::{
 };
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// The longest `store.commit_linger_ms`.
+const MAX_COMMIT_LINGER_MS: u64 = 1000;
 
 /// Lays `SWITCHBOARD_LISTEN`, `SWITCHBOARD_REDIS_URL`,
 /// `SWITCHBOARD_REDIS_CLUSTER` (comma-separated seed URLs) and
@@ -75,6 +77,16 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         wait_replicas_timeout: Duration::from_millis(
             positive(&mut errors, "store.wait_replicas_timeout_ms", raw.store.wait_replicas_timeout_ms).unwrap_or(500),
         ),
+        commit_linger: Duration::from_millis(match raw.store.commit_linger_ms {
+            Some(ms) if ms > MAX_COMMIT_LINGER_MS => {
+                errors.push(
+                    "store.commit_linger_ms",
+                    format!("at most {MAX_COMMIT_LINGER_MS} (a token that waits longer is no stream)"),
+                );
+                0
+            }
+            ms => ms.unwrap_or(0),
+        }),
         key_prefix: raw.store.key_prefix.unwrap_or_else(|| "sb:".to_string()),
         session_ttl: secs(positive(&mut errors, "store.session_ttl_secs", raw.store.session_ttl_secs), 86_400),
         event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)

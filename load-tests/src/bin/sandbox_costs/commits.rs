@@ -52,6 +52,7 @@ pub fn open_store(redis: &str, prefix: &str) -> Result<(Store, mpsc::Receiver<No
         tls: Default::default(),
         wait_replicas: 0,
         wait_replicas_timeout: std::time::Duration::from_millis(500),
+        commit_linger: std::time::Duration::ZERO,
         key_prefix: prefix.to_string(),
         session_ttl: Duration::from_secs(600),
         event_log_max_len: 100_000,
