@@ -156,6 +156,8 @@ pub struct GatewayOptions {
     /// wait_replicas`.
     pub redis_cluster: Option<Vec<String>>,
     pub wait_replicas: u32,
+    /// `[store] commit_linger_ms` (0: none).
+    pub commit_linger_ms: u64,
     /// `[models.bench] http2`: the gateway calls the mock over one h2c
     /// connection (prior knowledge) instead of one HTTP/1.1 connection per
     /// call in flight.
@@ -175,6 +177,7 @@ impl GatewayOptions {
             lease_ttl_secs: 10,
             redis_cluster: None,
             wait_replicas: 0,
+            commit_linger_ms: 0,
             upstream_h2c: false,
         }
     }
@@ -204,6 +207,7 @@ shutdown_grace_secs = 1
 [store]
 {store}
 wait_replicas = {wait_replicas}
+commit_linger_ms = {linger}
 key_prefix = "{prefix}"
 lease_ttl_secs = {lease}
 
@@ -236,6 +240,7 @@ permission = "{permission}"
                 None => format!("redis_url = \"{}\"", options.redis_url),
             },
             wait_replicas = options.wait_replicas,
+            linger = options.commit_linger_ms,
             prefix = options.key_prefix,
             mock = options.mock,
             permission = options.tool_permission,

@@ -59,6 +59,9 @@ struct Args {
     /// `[store] wait_replicas` of the gateway.
     #[arg(long, default_value_t = 0)]
     wait_replicas: u32,
+    /// `[store] commit_linger_ms` of the gateway.
+    #[arg(long, default_value_t = 0)]
+    commit_linger_ms: u64,
     /// Concurrent chats per phase (comma-separated: one set of phases each).
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     streams: Vec<usize>,
@@ -91,7 +94,7 @@ struct Args {
 impl Args {
     /// The store, as the report's header names it.
     fn store(&self) -> String {
-        match &self.redis_cluster {
+        let store = match &self.redis_cluster {
             Some(nodes) => format!(
                 "a Redis Cluster of {} nodes ({}), wait_replicas = {}",
                 nodes.len(),
@@ -99,6 +102,10 @@ impl Args {
                 self.wait_replicas
             ),
             None => self.redis.clone(),
+        };
+        match self.commit_linger_ms {
+            0 => store,
+            ms => format!("{store}, commit_linger_ms = {ms}"),
         }
     }
 }
@@ -141,6 +148,7 @@ async fn run(args: Args) -> Result<String> {
         upstream_h2c: args.transport.upstream_h2c,
         redis_cluster: args.redis_cluster.clone(),
         wait_replicas: args.wait_replicas,
+        commit_linger_ms: args.commit_linger_ms,
         ..GatewayOptions::new("a", &args.redis, &prefix, mock.addr)
     };
     let gateway = Gateway::start(&options).await?;
