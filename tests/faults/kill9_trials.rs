@@ -84,23 +84,38 @@ fn seed() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_using_turn_survives_kill9_of_its_owner_at_random_points_in_every_trial() {
-    kill9_trials(None, DEFAULT_TRIALS).await
+    kill9_trials(None, "", DEFAULT_TRIALS).await
 }
 
 /// The same on a three-primary Redis Cluster, with fewer trials (CI's
 /// budget; `FAULT_TRIALS` sets both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_using_turn_survives_kill9_of_its_owner_on_a_redis_cluster() {
-    kill9_trials(Some(ClusterShape::THREE_PRIMARIES), DEFAULT_TRIALS / 2).await
+    kill9_trials(Some(ClusterShape::THREE_PRIMARIES), "", DEFAULT_TRIALS / 2).await
 }
 
-async fn kill9_trials(redis_cluster: Option<ClusterShape>, default_trials: usize) {
+/// The same with a commit linger: tokens waiting for company when the
+/// owner dies were never committed, like a commit in flight, and the turn
+/// goes on from the last commit elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tool_using_turn_survives_kill9_of_its_owner_with_a_commit_linger() {
+    kill9_trials(None, "commit_linger_ms = 100", DEFAULT_TRIALS / 2).await
+}
+
+async fn kill9_trials(redis_cluster: Option<ClusterShape>, store_toml: &str, default_trials: usize) {
     let trials = std::env::var("FAULT_TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_trials);
     let seed = seed();
-    eprintln!("kill9 trials: {trials} trials, FAULT_SEED={seed}, redis cluster: {redis_cluster:?}");
+    eprintln!(
+        "kill9 trials: {trials} trials, FAULT_SEED={seed}, redis cluster: {redis_cluster:?}, [store] {store_toml}"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut cluster =
-        Cluster::start(ClusterOptions { tools: tools(true), redis_cluster, ..ClusterOptions::default() }).await;
+    let options = ClusterOptions {
+        tools: tools(true),
+        redis_cluster,
+        store_toml: store_toml.to_string(),
+        ..ClusterOptions::default()
+    };
+    let mut cluster = Cluster::start(options).await;
     let mut failed = Vec::new();
 
     for trial in 1..=trials {

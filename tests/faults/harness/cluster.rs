@@ -38,6 +38,8 @@ pub struct ClusterOptions {
     pub tenant_toml: String,
     pub agent_toml: String,
     pub extra_toml: String,
+    /// More keys of `[store]` (`commit_linger_ms = 100`).
+    pub store_toml: String,
     /// Run on a Redis Cluster of the test's own instead of one Redis.
     pub redis_cluster: Option<ClusterShape>,
     /// Reach the test's one Redis over TLS (`rediss://`, `[store.tls]`
@@ -73,6 +75,7 @@ impl Default for ClusterOptions {
             tenant_toml: String::new(),
             agent_toml: String::new(),
             extra_toml: String::new(),
+            store_toml: String::new(),
             redis_cluster: None,
             redis_tls: false,
         }
@@ -120,6 +123,7 @@ impl Cluster {
                 (Some(redis), None, store)
             }
         };
+        let store = format!("{store}\n{}", options.store_toml);
         let upstream = DetUpstream::start(options.chunk_delay, options.first_token_delay).await;
         let delays: Vec<(&str, Duration, Duration)> =
             options.tools.iter().map(|(name, min, max, _)| (*name, *min, *max)).collect();
