@@ -346,12 +346,10 @@ impl Task {
     }
 
     /// The earliest time a queue that is not in flight becomes ready: a
-    /// retry, or the end of a linger.
+    /// retry, or the end of a linger (never both: a queue waiting to retry
+    /// holds its attempt, which does not linger).
     fn next_retry(&self) -> Option<Instant> {
-        let wake = |q: &Queue| match (q.retry_at, q.lingers_until(self.linger)) {
-            (Some(retry), Some(linger)) => Some(retry.max(linger)),
-            (retry, linger) => retry.or(linger),
-        };
+        let wake = |q: &Queue| q.retry_at.or_else(|| q.lingers_until(self.linger));
         self.queues.values().filter(|q| !q.in_flight).filter_map(wake).min()
     }
 
@@ -610,11 +608,24 @@ mod tests {
         }
 
         /// Lets the writer run until it waits (on the inbox, a commit or
-        /// the clock): the paused clock does not move meanwhile.
+        /// the clock): the paused clock does not move meanwhile. Before an
+        /// assertion that something was *not* committed.
         async fn settle(&self) {
             for _ in 0..50 {
                 tokio::task::yield_now().await;
             }
+        }
+
+        /// Waits (without moving the clock) until the committed text deltas
+        /// are `expected`.
+        async fn committed(&self, expected: &[&str]) {
+            for _ in 0..1000 {
+                if self.texts().await == expected {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(self.texts().await, expected);
         }
     }
 
@@ -622,8 +633,8 @@ mod tests {
     async fn a_steps_first_token_goes_at_once_and_later_ones_wait_the_linger_for_company() {
         let f = fixture(LINGER).await;
         f.pipe.emit(vec![text("He")]).await.unwrap();
-        f.settle().await;
-        assert_eq!(f.texts().await, ["He"], "the step's first token is not held");
+        // The step's first token is not held.
+        f.committed(&["He"]).await;
 
         f.pipe.emit(vec![text("ll")]).await.unwrap();
         f.settle().await;
@@ -631,17 +642,17 @@ mod tests {
         f.pipe.emit(vec![text("o")]).await.unwrap();
         f.settle().await;
         assert_eq!(f.texts().await, ["He"], "within the linger nothing more is committed");
-        // The linger counts from the oldest waiting token.
+        // The linger counts from the oldest waiting token; one commit, one
+        // event, for the tokens that waited.
         advance(LINGER / 2).await;
-        f.settle().await;
-        assert_eq!(f.texts().await, ["He", "llo"], "one commit, one event, for the tokens that waited");
+        f.committed(&["He", "llo"]).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_transition_takes_the_waiting_tokens_along_at_once() {
         let f = fixture(LINGER).await;
         f.pipe.emit(vec![text("a")]).await.unwrap();
-        f.settle().await;
+        f.committed(&["a"]).await;
         f.pipe.emit(vec![text("b")]).await.unwrap();
         let before = Instant::now();
         let change = Change { events: vec![text("!")], ..Change::default() };
@@ -651,17 +662,18 @@ mod tests {
 
         // After a transition, the next token starts a step: at once.
         f.pipe.emit(vec![text("c")]).await.unwrap();
-        f.settle().await;
-        assert_eq!(f.texts().await, ["a", "b", "!", "c"]);
+        f.committed(&["a", "b", "!", "c"]).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn without_a_linger_every_token_is_committed_as_it_comes() {
         let f = fixture(Duration::ZERO).await;
+        let mut sent = Vec::new();
         for token in ["a", "b", "c"] {
             f.pipe.emit(vec![text(token)]).await.unwrap();
-            f.settle().await;
+            sent.push(token);
+            // Each on its own: committed before the next is emitted.
+            f.committed(&sent).await;
         }
-        assert_eq!(f.texts().await, ["a", "b", "c"]);
     }
 }

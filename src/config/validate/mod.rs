@@ -186,8 +186,6 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
     })
 }
 
-/// `[anonymous]`: an existing tenant, a subject, and at least one known
-/// dialect's routes.
 /// `store.wait_replicas`, or `SWITCHBOARD_WAIT_REPLICAS` over it (so a
 /// deployment that names its store in the environment can turn it on too).
 fn wait_replicas(errors: &mut ConfigErrors, file: Option<u32>, env: EnvLookup<'_>) -> u32 {
@@ -209,6 +207,9 @@ fn redis_urls<'a>(url: &'a Option<String>, cluster: &'a Option<Vec<String>>) -> 
 /// only for `rediss://` URLs (a plain connection would ignore them).
 fn validate_redis_tls(errors: &mut ConfigErrors, raw: Option<RawRedisTls>, urls: Vec<&str>) -> RedisTls {
     let Some(raw) = raw else { return RedisTls::default() };
+    if raw.cert_file.is_some() != raw.key_file.is_some() {
+        errors.push("store.tls", "cert_file and key_file go together");
+    }
     let mut read = |key: &str, file: Option<String>, marker: &str| -> Option<Vec<u8>> {
         let file = file?;
         match std::fs::read(&file) {
@@ -224,16 +225,9 @@ fn validate_redis_tls(errors: &mut ConfigErrors, raw: Option<RawRedisTls>, urls:
         }
     };
     let ca = read("ca_file", raw.ca_file, "-----BEGIN CERTIFICATE-----");
-    let cert = read("cert_file", raw.cert_file.clone(), "-----BEGIN CERTIFICATE-----");
-    let key = read("key_file", raw.key_file.clone(), "PRIVATE KEY-----");
-    let client = match (cert, key) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        _ if raw.cert_file.is_some() != raw.key_file.is_some() => {
-            errors.push("store.tls", "cert_file and key_file go together");
-            None
-        }
-        _ => None,
-    };
+    let cert = read("cert_file", raw.cert_file, "-----BEGIN CERTIFICATE-----");
+    let key = read("key_file", raw.key_file, "PRIVATE KEY-----");
+    let client = cert.zip(key);
     if urls.is_empty() || urls.iter().any(|url| !url.starts_with("rediss://")) {
         errors.push("store.tls", "needs rediss:// URLs in store.redis_url or store.redis_cluster");
     }
@@ -274,6 +268,8 @@ fn validate_redis_target(
     }
 }
 
+/// `[anonymous]`: an existing tenant, a subject, and at least one known
+/// dialect's routes.
 fn validate_anonymous(
     errors: &mut ConfigErrors,
     raw: RawAnonymous,

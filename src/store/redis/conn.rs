@@ -213,6 +213,11 @@ impl Spread {
         &mut self.pipe
     }
 
+    /// How many commands it holds.
+    pub(super) fn len(&self) -> usize {
+        self.roles.len()
+    }
+
     /// Where the next command goes: an index entry that must exist; if it
     /// is lost, [`Conn::send`] returns `redo`.
     pub(super) fn hint_or_redo(&mut self, redo: Redo) -> &mut Pipeline {

@@ -21,13 +21,13 @@
 //! state names a dead owner).
 
 use std::{
-    collections::{HashMap, hash_map::Entry},
+    collections::HashMap,
     ops::Range,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 use tokio::sync::Notify;
 
 use super::{
@@ -140,12 +140,7 @@ impl Repairs {
     fn put_back(&self, failed: Vec<(SessionKey, Pending)>) {
         let mut pending = self.pending.lock().expect("the repair queue is never poisoned");
         for (key, what) in failed {
-            match pending.entry(key) {
-                Entry::Occupied(mut entry) => entry.get_mut().merge(what),
-                Entry::Vacant(entry) => {
-                    entry.insert(what);
-                }
-            }
+            pending.entry(key).or_default().merge(what);
         }
     }
 
@@ -192,8 +187,8 @@ impl Repairer {
             Err(_) => return batch,
         };
 
+        // Each session's answered commands, one after the other: its span.
         let mut write = Spread::default();
-        let mut commands = 0;
         let mut spans: Vec<(SessionKey, Pending, Range<usize>)> = Vec::new();
         let mut failed = Vec::new();
         let mut orphaned = false;
@@ -215,16 +210,14 @@ impl Repairer {
             // it every entry it had.
             let Some(status) = status else { continue };
             let member = key.to_member();
-            let start = commands;
+            let start = write.len();
             if pending.ownership {
                 match owner.filter(|o| !o.is_empty()) {
                     Some(owner) => {
                         write.answered().cmd("SADD").arg(self.keys.owned_of(&owner, &key)).arg(&member);
-                        commands += 1;
                     }
                     None if is_active(&status) => {
                         write.answered().cmd("SADD").arg(self.keys.orphans_of(&key)).arg(&member);
-                        commands += 1;
                         orphaned = true;
                     }
                     None => {}
@@ -232,18 +225,16 @@ impl Repairer {
             }
             for (list, position) in &pending.listed {
                 write.answered().cmd("ZADD").arg(list).arg(0).arg(position);
-                commands += 1;
             }
-            spans.push((key, pending, start..commands));
+            spans.push((key, pending, start..write.len()));
         }
         if orphaned {
             write.hint().cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o");
         }
         match conn.send(write).await {
             Ok(sent) => {
-                let replies: Vec<RedisResult<Value>> = sent.replies;
                 for (key, pending, span) in spans {
-                    if replies[span].iter().any(Result::is_err) {
+                    if sent.replies[span].iter().any(Result::is_err) {
                         failed.push((key, pending));
                     }
                 }
