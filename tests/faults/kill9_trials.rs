@@ -130,7 +130,11 @@ async fn kill9_trials(redis_cluster: Option<ClusterShape>, store_toml: &str, def
         let trigger = async {
             match fault {
                 FaultPoint::AfterEvents(n) => {
-                    follower.wait_for_events(n, TURN_TIMEOUT).await;
+                    // A turn that ends with fewer events (a linger merges
+                    // them) never reaches the fault point: no kill then.
+                    if !follower.wait_for_events(n, TURN_TIMEOUT).await {
+                        std::future::pending::<()>().await;
+                    }
                 }
                 FaultPoint::AtToolCall(n) => {
                     let _ = arrivals.wait_for(|_| cluster.tools.calls_of(&session).len() >= n).await;
@@ -139,9 +143,12 @@ async fn kill9_trials(redis_cluster: Option<ClusterShape>, store_toml: &str, def
                 FaultPoint::AfterDelay(delay) => tokio::time::sleep(delay).await,
             }
         };
+        // An ended turn wins a tie: a fault point reached as the turn ends
+        // is no fault inside it.
         let fired = tokio::select! {
-            () = trigger => true,
+            biased;
             () = follower.ended() => false,
+            () = trigger => true,
         };
         let seen_at_kill = follower.seen();
         // Half the trials start the killed replica again at once (same id,
