@@ -172,6 +172,10 @@ pub struct StoreConfig {
     /// How long a streamed token may wait for more to join its commit
     /// (`store.commit_linger_ms`, 0 = none; see `sessions/writer.rs`).
     pub commit_linger: Duration,
+    /// The least time between two of the writer's rounds that carry only
+    /// streamed events after a step's first (`store.append_tick_us`; see
+    /// `sessions/writer.rs`).
+    pub append_tick: Duration,
     pub key_prefix: String,
     /// Idle sessions, their logs and relay ids expire after this long.
     pub session_ttl: Duration,
@@ -192,6 +196,7 @@ impl StoreConfig {
             wait_replicas: 0,
             wait_replicas_timeout: Duration::from_millis(500),
             commit_linger: Duration::ZERO,
+            append_tick: Duration::from_millis(1),
             key_prefix: "sb:".into(),
             session_ttl: Duration::from_secs(60),
             event_log_max_len: 10,

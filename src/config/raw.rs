@@ -84,6 +84,7 @@ pub struct RawStore {
     pub wait_replicas: Option<u32>,
     pub wait_replicas_timeout_ms: Option<u64>,
     pub commit_linger_ms: Option<u64>,
+    pub append_tick_us: Option<u64>,
     pub key_prefix: Option<String>,
     pub session_ttl_secs: Option<u64>,
     pub event_log_max_len: Option<u64>,

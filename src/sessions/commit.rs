@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 
 use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp};
 use crate::{
-    domain::{ChatMessage, EventKind, Session},
+    domain::{ChatMessage, Event, EventKind, Session},
     store::{Commit, CommitError, Committed, Conflict, Fence, OwnerChange, Record, SessionKey, StateWrite, StoreError},
     telemetry::{attributes as attr, trace},
 };
@@ -72,14 +72,14 @@ impl Sessions {
             None => Fence::Absent,
         };
         let draining = self.inner.drain.is_cancelled();
-        let mut commit = self.session_commit(key, fence, &session, &events)?;
+        let (mut commit, stamped) = self.stamped_commit(key, fence, &session, &events)?;
         commit.owner = if draining { OwnerChange::Release } else { OwnerChange::Acquire(self.instance().to_string()) };
         commit.open_relays = session.live_relays();
         commit.turn_start = true;
         let committed = self.commit_one(commit).await?;
         session.conversation_saved();
         if !draining {
-            self.spawn_runner(key.clone(), session, committed, None, link);
+            self.spawn_runner(key.clone(), session, committed, stamped, None, link);
         }
         Ok(Started { key: key.clone(), cursor: committed.first_seq - 1, conversation: None })
     }
@@ -92,6 +92,18 @@ impl Sessions {
         session: &Session,
         events: &[EventKind],
     ) -> Result<Commit, SessionError> {
+        self.stamped_commit(key, fence, session, events).map(|(commit, _)| commit)
+    }
+
+    /// [`Sessions::session_commit`], with its events as they are stored
+    /// (stamped), for the feed of a turn that starts here.
+    pub(super) fn stamped_commit(
+        &self,
+        key: &SessionKey,
+        fence: Fence,
+        session: &Session,
+        events: &[EventKind],
+    ) -> Result<(Commit, Vec<Event>), SessionError> {
         self.observe(events);
         let mut commit = Commit::new(key.clone(), fence, self.instance());
         if commit.fence == Fence::Absent {
@@ -99,8 +111,9 @@ impl Sessions {
         }
         commit.state = Some(state_write(session)?);
         commit.messages = messages_write(session)?;
-        commit.events = events.iter().map(|kind| encode_event(kind.clone())).collect::<Result<_, _>>()?;
-        Ok(commit)
+        let stamped: Vec<Event> = events.iter().map(|kind| stamp(kind.clone(), main_agent())).collect();
+        commit.events = stamped.iter().map(encode_event).collect::<Result<_, _>>()?;
+        Ok((commit, stamped))
     }
 
     pub(super) async fn commit_one(&self, commit: Commit) -> Result<Committed, SessionError> {
@@ -118,18 +131,21 @@ impl Sessions {
         }
     }
 
-    /// Hands a session this instance now owns (tenure `committed.epoch`)
-    /// to the runner, in an `invoke_agent` span: a child of the current span
-    /// (the request that started or resumed the turn; none for a takeover),
-    /// linked to the trace `link` names.
+    /// Hands a session this instance now owns (tenure `committed.epoch`,
+    /// begun by a commit of `events`) to the runner, in an `invoke_agent`
+    /// span: a child of the current span (the request that started or
+    /// resumed the turn; none for a takeover), linked to the trace `link`
+    /// names. The session's feed here is fed from that commit on.
     pub(super) fn spawn_runner(
         &self,
         key: SessionKey,
         session: Session,
         committed: Committed,
+        events: Vec<Event>,
         takeover: Option<ownership::Takeover>,
         link: Option<String>,
     ) {
+        self.inner.hub.run_here(&key, committed.first_seq, events);
         let span = tracing::info_span!(
             "invoke_agent",
             { attr::OTEL_NAME } = format!("{} {}", attr::OPERATION_INVOKE_AGENT, attr::AGENT_NAME),
@@ -165,12 +181,9 @@ impl Sessions {
         self.inner.tasks.spawn(
             async move {
                 let _running = metrics.running_session();
-                let notifications = sessions.inner.store.notifications.clone();
-                // Decisions, cancels and takeovers elsewhere arrive as wake-ups.
-                if let Err(e) = notifications.watch(&key).await {
-                    tracing::warn!(session = %key.id, error = %e, "cannot watch for wake-ups");
-                }
-                let pipe = sessions.inner.writer.open(key.clone(), committed.epoch).await;
+                // Decisions, cancels and takeovers elsewhere arrive as
+                // wake-ups on this instance's own channel (the hub listens).
+                let pipe = sessions.inner.writer.open(key.clone(), committed.epoch, committed.last_seq).await;
                 let (from, continuation) = match takeover {
                     Some(t) => {
                         if t.cancel {
@@ -182,7 +195,7 @@ impl Sessions {
                 };
                 let handle = RunHandle::new(sessions.clone(), key.clone(), session, pipe, running, from, continuation);
                 sessions.inner.runner.run(handle).await;
-                let _ = notifications.unwatch(&key).await;
+                sessions.inner.hub.ran_here(&key);
             }
             .instrument(span),
         );
@@ -224,8 +237,8 @@ pub(super) fn messages_write(session: &Session) -> Result<crate::store::Messages
     })
 }
 
-pub(super) fn encode_event(kind: EventKind) -> Result<String, SessionError> {
-    serde_json::to_string(&stamp(kind, main_agent())).map_err(|e| StoreError::Corrupt(e.to_string()).into())
+pub(super) fn encode_event(event: &Event) -> Result<String, SessionError> {
+    serde_json::to_string(event).map_err(|e| StoreError::Corrupt(e.to_string()).into())
 }
 
 /// The domain session a record holds.

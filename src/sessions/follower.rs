@@ -1,9 +1,11 @@
 //! [`Follower`]: one client's follow of a session on this replica. It
 //! replays the log after the client's cursor, then takes live events from
 //! the session's feed (see `hub.rs`), re-reading the store when it sees a
-//! gap (a lagged broadcast, a missed notice). It has no task of its own:
-//! whoever consumes it (the HTTP response body) drives it, so an open
-//! stream costs a feed subscription and this state, nothing more.
+//! gap (it fell behind the feed's ring, a notice was missed). A follow of a
+//! session running here from a cursor the feed's ring holds skips the
+//! replay: it starts live. It has no task of its own: whoever consumes it
+//! (the HTTP response body) drives it, so an open stream costs its place in
+//! the feed and this state, nothing more.
 //!
 //! Asked for, the replay starts earlier, at the start of the cursor's
 //! turn: the events up to the cursor come out as [`FollowItem::Context`],
@@ -22,9 +24,7 @@
 
 use std::{collections::VecDeque, sync::Arc};
 
-use tokio::sync::broadcast;
-
-use super::hub::{EventHub, Feed, FollowItem, REPLAY_PAGE};
+use super::hub::{EventHub, Feed, FollowItem, REPLAY_PAGE, Taken};
 use crate::{
     domain::{EventKind, LogEvent},
     store::SessionKey,
@@ -45,7 +45,6 @@ pub struct Follower {
     hub: EventHub,
     key: SessionKey,
     feed: Arc<Feed>,
-    live: broadcast::Receiver<Arc<LogEvent>>,
     /// The client's cursor: events up to it are context.
     after: u64,
     /// The session was not running when the follow began.
@@ -67,7 +66,6 @@ impl Follower {
         hub: EventHub,
         key: SessionKey,
         feed: Arc<Feed>,
-        live: broadcast::Receiver<Arc<LogEvent>>,
         context_from: u64,
         after: u64,
         idle: bool,
@@ -76,7 +74,6 @@ impl Follower {
             hub,
             key,
             feed,
-            live,
             after,
             idle,
             last: context_from.min(after),
@@ -85,6 +82,20 @@ impl Follower {
             mode: Mode::Replay,
             title_only: false,
             released: false,
+        }
+    }
+
+    /// Starts live from the feed of a session running here, when its ring
+    /// holds every event after the cursor: no replay. False otherwise (the
+    /// follow replays from the store first).
+    pub(super) fn join_local(&mut self) -> bool {
+        match self.feed.join_local(self.after, &mut self.ready) {
+            Some(last) => {
+                self.last = last;
+                self.mode = Mode::Live;
+                true
+            }
+            None => false,
         }
     }
 
@@ -171,20 +182,25 @@ impl Follower {
         None
     }
 
-    /// Waits for the next live event; on a gap (or a lag) reads the
-    /// missing range from the store instead.
+    /// Waits for the next live events; on a gap (it fell behind the feed's
+    /// ring) reads the missing range from the store instead.
     async fn wait_live(&mut self) -> Option<FollowItem> {
-        match self.live.recv().await {
-            Ok(event) if event.seq <= self.last => None,
-            Ok(event) if event.seq == self.last + 1 => {
-                self.last = event.seq;
-                self.ready.push_back(event);
-                None
-            }
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up().await,
-            Err(broadcast::error::RecvError::Closed) => {
-                self.mode = Mode::Done;
-                None
+        let feed = self.feed.clone();
+        loop {
+            // Registered before looking, so an event pushed in between
+            // still wakes it.
+            let changed = feed.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match feed.take_after(self.last, &mut self.ready) {
+                Taken::Some => {
+                    if let Some(last) = self.ready.back() {
+                        self.last = last.seq;
+                    }
+                    return None;
+                }
+                Taken::Gap => return self.catch_up().await,
+                Taken::Nothing => changed.await,
             }
         }
     }

@@ -2,22 +2,35 @@
 //! following sessions on this replica. (Writing is the writer's,
 //! `writer.rs`: nothing reaches a client before it is durable.)
 //!
-//! Each followed session has a [`Feed`] (a broadcast channel). Events
-//! committed here are broadcast by the writer straight from memory.
-//! Events appended on other replicas arrive as one `Notice::Appended` on the
-//! replica's single subscription; the hub then reads the missing range once
-//! and broadcasts it to every local follower of that session. Notices of
-//! this instance's own commits are ignored: those were broadcast from memory
-//! already. A [`Follower`] (`follower.rs`) subscribes to its feed, replays
-//! from the store after its cursor, and then takes live events.
+//! Each followed session has a [`Feed`]: its newest events in memory (a
+//! small ring, gapless) and a wake-up for the followers waiting on it.
+//!
+//! A session running here feeds its feed from the writer, straight from
+//! memory, each event the moment the store acknowledged it — from the
+//! turn's first commit on ([`EventHub::run_here`]), so its feed knows where
+//! the log ends. A client that follows it from a cursor the ring still
+//! holds (the request that started the turn, always) reads nothing from
+//! the store and registers nothing in it: no follow, no watch, no notice.
+//!
+//! A session running elsewhere is heard of through the store: its feed is
+//! registered as a follower there (so the owner announces its appends on
+//! the session's channel, `Notice::Appended`), and the hub reads each
+//! announced range once and hands it to every local follower. A
+//! [`Follower`] (`follower.rs`) replays from the store after its cursor,
+//! then takes live events from the feed. When a session stops running
+//! here while clients still follow it (a hand-off, a takeover elsewhere),
+//! its feed registers then.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use dashmap::DashMap;
-use tokio::sync::{Mutex, OnceCell, broadcast, mpsc};
+use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use super::follower::Follower;
@@ -26,10 +39,9 @@ use crate::{
     store::{LogRange, Notice, SessionKey, Store, StoreError},
 };
 
-/// Live events buffered per followed session; a slower follower lags and
-/// re-reads from the store. Allocated with the feed: small, so a session
-/// costs little while it is followed.
-const FEED_CAPACITY: usize = 64;
+/// Events a feed keeps in memory: a follower that falls further behind, or
+/// joins from an older cursor, reads the store.
+const RECENT: usize = 64;
 /// Events per store read during replay.
 pub const REPLAY_PAGE: usize = 500;
 
@@ -50,28 +62,127 @@ pub enum FollowItem {
     Failed(StoreError),
 }
 
-/// Live state of one followed session on this replica.
+/// Live state of one followed (or running) session on this replica.
 pub(super) struct Feed {
-    pub(super) tx: broadcast::Sender<Arc<LogEvent>>,
-    /// Highest seq broadcast, and what was heard before it was known.
-    position: Mutex<Position>,
+    state: Mutex<FeedState>,
+    /// Wakes the followers waiting for the next event.
+    pub(super) changed: Notify,
     followers: AtomicUsize,
     /// Set once the key is watched and this instance registered as a
-    /// follower; every follower waits for it before its first read.
+    /// follower in the store; every follower of a session running
+    /// elsewhere waits for it before its first read.
     subscribed: OnceCell<()>,
+    /// One read of the store into the feed at a time.
+    filling: tokio::sync::Mutex<()>,
 }
 
-/// Where a feed is in its session's log.
 #[derive(Default)]
-struct Position {
-    /// Highest seq broadcast; `None` until the first follower has read the
-    /// log once (a fill before that would read the whole log).
+struct FeedState {
+    /// The newest events, ascending and gapless, at most [`RECENT`].
+    recent: VecDeque<Arc<LogEvent>>,
+    /// Highest seq in the feed; `None` until known (the first follower's
+    /// read, or the session's first commit here).
     last: Option<u64>,
     /// The highest seq another replica announced while `last` was `None`
     /// (`u64::MAX`: the subscription was re-established meanwhile). The
     /// first read may have ended before it: the feed reads once more only
     /// then, not for every follow.
     heard: u64,
+    /// Tenures of the session running here (a new turn may start here
+    /// before the last one's runner is done): while any does, the writer
+    /// hands every event to the feed, so `last` is where the log ends.
+    local: usize,
+}
+
+/// What [`Feed::take_after`] found.
+pub(super) enum Taken {
+    /// Events after the cursor, appended to the follower's queue.
+    Some,
+    /// Nothing new.
+    Nothing,
+    /// The ring no longer holds the next event: read the store.
+    Gap,
+}
+
+impl Feed {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(FeedState::default()),
+            changed: Notify::new(),
+            followers: AtomicUsize::new(0),
+            subscribed: OnceCell::new(),
+            filling: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FeedState> {
+        // Nothing panics while holding it; a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Appends events from `first` on (skipping what the feed has; a gap
+    /// empties the ring first, so it stays gapless) and wakes the
+    /// followers.
+    fn push(&self, first: u64, events: impl IntoIterator<Item = Arc<LogEvent>>) {
+        let mut pushed = false;
+        {
+            let mut state = self.lock();
+            for (i, event) in events.into_iter().enumerate() {
+                let seq = first + i as u64;
+                if state.last.is_some_and(|l| seq <= l) {
+                    continue;
+                }
+                if state.last.is_none_or(|l| seq != l + 1) {
+                    state.recent.clear();
+                }
+                if state.recent.len() == RECENT {
+                    state.recent.pop_front();
+                }
+                state.recent.push_back(event);
+                state.last = Some(seq);
+                pushed = true;
+            }
+        }
+        if pushed {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Appends to `ready` the events after `after` the ring holds.
+    pub(super) fn take_after(&self, after: u64, ready: &mut VecDeque<Arc<LogEvent>>) -> Taken {
+        let state = self.lock();
+        let Some(front) = state.recent.front() else { return Taken::Nothing };
+        if state.last.is_none_or(|l| l <= after) {
+            return Taken::Nothing;
+        }
+        if front.seq > after + 1 {
+            return Taken::Gap;
+        }
+        let skip = (after + 1 - front.seq) as usize;
+        ready.extend(state.recent.iter().skip(skip).cloned());
+        Taken::Some
+    }
+
+    /// For a follower joining at `after`: the events after it, when the
+    /// session runs here and the ring holds all of them (none to read from
+    /// the store), with where the log ends.
+    pub(super) fn join_local(&self, after: u64, ready: &mut VecDeque<Arc<LogEvent>>) -> Option<u64> {
+        let state = self.lock();
+        if state.local == 0 {
+            return None;
+        }
+        let last = state.last?;
+        if last == after {
+            return Some(last);
+        }
+        let front = state.recent.front()?;
+        if last < after || front.seq > after + 1 {
+            return None;
+        }
+        let skip = (after + 1 - front.seq) as usize;
+        ready.extend(state.recent.iter().skip(skip).cloned());
+        Some(last)
+    }
 }
 
 #[derive(Clone)]
@@ -112,10 +223,12 @@ impl EventHub {
     /// follow began.
     pub async fn follow(&self, key: SessionKey, context_from: u64, after: u64, idle: bool) -> Follower {
         let feed = self.join(&key);
-        let live = feed.tx.subscribe();
-        // Made before the wait, so a follow abandoned while its feed
-        // subscribes releases the feed (the follower's drop does).
-        let follower = Follower::new(self.clone(), key.clone(), feed.clone(), live, context_from, after, idle);
+        // Made before any wait, so a follow abandoned meanwhile releases
+        // the feed (the follower's drop does).
+        let mut follower = Follower::new(self.clone(), key.clone(), feed.clone(), context_from, after, idle);
+        if context_from == after && follower.join_local() {
+            return follower;
+        }
         self.subscribe(&key, &feed).await;
         follower
     }
@@ -123,14 +236,7 @@ impl EventHub {
     /// The feed of `key`, created for its first follower, with one more
     /// follower counted.
     fn join(&self, key: &SessionKey) -> Arc<Feed> {
-        let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| {
-            Arc::new(Feed {
-                tx: broadcast::channel(FEED_CAPACITY).0,
-                position: Mutex::new(Position::default()),
-                followers: AtomicUsize::new(0),
-                subscribed: OnceCell::new(),
-            })
-        });
+        let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| Arc::new(Feed::new()));
         entry.followers.fetch_add(1, Ordering::SeqCst);
         entry.clone()
     }
@@ -156,20 +262,60 @@ impl EventHub {
             .await;
     }
 
-    /// A follower of `key` is done with `feed`; the last one out unwatches
-    /// (in a task: it may be called from a drop).
+    /// A follower of `key` is done with `feed`; the last one out of a feed
+    /// of a session not running here drops it (and unwatches, in a task:
+    /// it may be called from a drop).
     pub(super) fn release(&self, key: SessionKey, feed: Arc<Feed>) {
         if feed.followers.fetch_sub(1, Ordering::SeqCst) != 1 {
             return;
         }
-        let removed = self.inner.feeds.remove_if(&key, |_, f| f.followers.load(Ordering::SeqCst) == 0);
-        if removed.is_none() {
+        self.drop_if_unused(key, &feed);
+    }
+
+    fn drop_if_unused(&self, key: SessionKey, feed: &Arc<Feed>) {
+        let unused = |f: &Arc<Feed>| f.followers.load(Ordering::SeqCst) == 0 && f.lock().local == 0;
+        let removed = self.inner.feeds.remove_if(&key, |_, f| Arc::ptr_eq(f, feed) && unused(f));
+        if removed.is_none() || feed.subscribed.get().is_none() {
             return;
         }
         let (store, instance) = (self.inner.store.clone(), self.inner.instance.clone());
         self.inner.tasks.spawn(async move {
             let _ = store.notifications.follow(&key, &instance, false).await;
             let _ = store.notifications.unwatch(&key).await;
+        });
+    }
+
+    /// The session begins running here with the commit that put `events`
+    /// at `first` on: the writer feeds its feed from now on, and clients
+    /// that follow it from a cursor the feed holds read nothing from the
+    /// store.
+    pub(super) fn run_here(&self, key: &SessionKey, first: u64, events: Vec<Event>) {
+        let feed = self.inner.feeds.entry(key.clone()).or_insert_with(|| Arc::new(Feed::new())).clone();
+        feed.lock().local += 1;
+        feed.push(first, self.log_events(key, first, events));
+    }
+
+    /// The session stops running here. Its followers, if any, now hear of
+    /// it through the store like those of any session running elsewhere.
+    pub(super) fn ran_here(&self, key: &SessionKey) {
+        let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) else { return };
+        let still = {
+            let mut state = feed.lock();
+            state.local = state.local.saturating_sub(1);
+            state.local > 0
+        };
+        if still {
+            return;
+        }
+        if feed.followers.load(Ordering::SeqCst) == 0 {
+            self.drop_if_unused(key.clone(), &feed);
+            return;
+        }
+        let (hub, key) = (self.clone(), key.clone());
+        self.inner.tasks.spawn(async move {
+            hub.subscribe(&key, &feed).await;
+            // What was appended before the registration took effect.
+            hub.fill(&key, &feed).await;
         });
     }
 
@@ -182,25 +328,24 @@ impl EventHub {
     /// (their notice found no position to compare with).
     pub(super) async fn initialise_feed(&self, key: &SessionKey, feed: &Feed, log_last: u64) {
         let behind = {
-            let mut position = feed.position.lock().await;
-            let last = *position.last.get_or_insert(log_last);
-            position.heard > last
+            let mut state = feed.lock();
+            let last = *state.last.get_or_insert(log_last);
+            state.heard > last
         };
         if behind {
             self.fill(key, feed).await;
         }
     }
 
-    /// Reads what the feed has not broadcast yet and broadcasts it: one read
+    /// Reads what the feed does not hold yet and hands it out: one read
     /// per replica, however many followers.
     async fn fill(&self, key: &SessionKey, feed: &Feed) {
-        let mut position = feed.position.lock().await;
-        let Some(from) = position.last else { return };
+        let _filling = feed.filling.lock().await;
+        let Some(from) = feed.lock().last else { return };
         match self.inner.store.log.read_after(key, from, REPLAY_PAGE).await {
             Ok(range) => {
-                for event in self.decode(key, range) {
-                    position.last = Some(event.seq);
-                    let _ = feed.tx.send(event);
+                if let Some(first) = range.events.first().map(|e| e.seq) {
+                    feed.push(first, self.decode(key, range));
                 }
             }
             Err(e) => tracing::warn!(session = %key.id, error = %e, "cannot read new events"),
@@ -222,39 +367,39 @@ impl EventHub {
     }
 
     /// Re-reads what the session's followers here have not seen (after a
-    /// commit whose answer was lost: it may or may not have happened).
+    /// write whose answer was lost: it may or may not have happened).
     pub(super) async fn refill(&self, key: &SessionKey) {
         if let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone())
-            && self.heard(&feed, u64::MAX).await
+            && self.heard(&feed, u64::MAX)
         {
             self.fill(key, &feed).await;
         }
     }
 
-    /// Hands freshly committed events (seqs from `first`) to this replica's
+    /// Hands freshly written events (seqs from `first`) to this replica's
     /// followers, from memory.
-    pub(super) async fn broadcast(&self, key: &SessionKey, first: u64, events: Vec<Event>) {
+    pub(super) fn broadcast(&self, key: &SessionKey, first: u64, events: Vec<Event>) {
         let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) else { return };
-        let mut position = feed.position.lock().await;
-        for (i, event) in events.into_iter().enumerate() {
-            let seq = first + i as u64;
-            if position.last.is_some_and(|l| seq <= l) {
-                continue;
-            }
-            position.last = Some(seq);
-            let _ = feed.tx.send(Arc::new(LogEvent { seq, session_id: key.id.clone(), event }));
-        }
+        feed.push(first, self.log_events(key, first, events));
+    }
+
+    fn log_events(&self, key: &SessionKey, first: u64, events: Vec<Event>) -> impl Iterator<Item = Arc<LogEvent>> {
+        let id = key.id.clone();
+        events
+            .into_iter()
+            .enumerate()
+            .map(move |(i, event)| Arc::new(LogEvent { seq: first + i as u64, session_id: id.clone(), event }))
     }
 
     /// Another replica announced events up to `last_seq` (`u64::MAX`: maybe
     /// any): whether `feed` must read them now. Before the feed's first
     /// read set its position, the announcement is kept for that moment.
-    async fn heard(&self, feed: &Feed, last_seq: u64) -> bool {
-        let mut position = feed.position.lock().await;
-        match position.last {
+    fn heard(&self, feed: &Feed, last_seq: u64) -> bool {
+        let mut state = feed.lock();
+        match state.last {
             Some(last) => last < last_seq,
             None => {
-                position.heard = position.heard.max(last_seq);
+                state.heard = state.heard.max(last_seq);
                 false
             }
         }
@@ -263,6 +408,11 @@ impl EventHub {
     /// Listens to this replica's subscription: commits elsewhere fill the
     /// feeds; wake-ups and hand-offs go to the sessions service.
     async fn run_notices(self, mut notices: mpsc::Receiver<Notice>, wakes: mpsc::Sender<Wake>) {
+        // Wake-ups for the sessions this instance runs come on its own
+        // channel.
+        if let Err(e) = self.inner.store.notifications.listen(&self.inner.instance).await {
+            tracing::warn!(error = %e, "cannot listen for wake-ups; the sweep and the owner's own polls still run");
+        }
         loop {
             let notice = tokio::select! {
                 notice = notices.recv() => notice,
@@ -275,12 +425,15 @@ impl EventHub {
                 Some(Notice::Appended { by: Some(by), .. }) if by == self.inner.instance => {}
                 Some(Notice::Appended { key, last_seq, .. }) => {
                     let Some(feed) = self.inner.feeds.get(&key).map(|f| f.clone()) else { continue };
-                    if self.heard(&feed, last_seq).await {
+                    if self.heard(&feed, last_seq) {
                         self.fill(&key, &feed).await;
                     }
                 }
                 Some(Notice::Wake { key }) => {
                     let _ = wakes.send(Wake::Session(key)).await;
+                }
+                Some(Notice::Followed { key }) => {
+                    let _ = wakes.send(Wake::Followed(key)).await;
                 }
                 Some(Notice::Orphaned) => {
                     let _ = wakes.send(Wake::Orphans).await;
@@ -288,7 +441,7 @@ impl EventHub {
                 Some(Notice::Resubscribed) => {
                     let feeds: Vec<_> = self.inner.feeds.iter().map(|f| (f.key().clone(), f.value().clone())).collect();
                     for (key, feed) in feeds {
-                        if self.heard(&feed, u64::MAX).await {
+                        if self.heard(&feed, u64::MAX) {
                             self.fill(&key, &feed).await;
                         }
                     }
@@ -306,6 +459,8 @@ pub enum Wake {
     /// Something was left for the session's owner (a decision, a cancel),
     /// or it was taken over.
     Session(SessionKey),
+    /// Another replica began following a session this one runs.
+    Followed(SessionKey),
     /// A session was handed off: sweep now.
     Orphans,
     /// The subscription was re-established: anything may have been missed.

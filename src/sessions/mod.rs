@@ -158,17 +158,13 @@ impl Sessions {
         let (wakes_tx, wakes_rx) = mpsc::channel(1024);
         let halt = CancellationToken::new();
         let hub = EventHub::start(store.clone(), instance.clone(), notices, wakes_tx, tasks.clone(), shutdown.clone());
-        let give_up = config.store.lease_ttl;
-        let writer = Writer::start(
-            store.clone(),
-            hub.clone(),
-            instance.clone(),
-            give_up,
-            config.store.commit_linger,
-            shutdown.clone(),
-            halt.clone(),
-            &tasks,
-        );
+        let pacing = writer::Pacing {
+            give_up: config.store.lease_ttl,
+            linger: config.store.commit_linger,
+            tick: config.store.append_tick,
+        };
+        let writer =
+            Writer::start(store.clone(), hub.clone(), instance.clone(), pacing, shutdown.clone(), halt.clone(), &tasks);
         let sessions = Self {
             inner: Arc::new(Inner {
                 store,

@@ -143,6 +143,7 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
             match wake {
                 None => break,
                 Some(Wake::Session(key)) => waker.wake_local(&key).await,
+                Some(Wake::Followed(key)) => waker.inner.writer.followed(key).await,
                 Some(Wake::Orphans) => sweep_now.notify_one(),
                 Some(Wake::Everyone) => {
                     let keys: Vec<SessionKey> = waker.inner.running.iter().map(|r| r.key().clone()).collect();
@@ -211,7 +212,7 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
         Ok(events) => events,
         Err(_) => return Outcome::Nothing,
     };
-    let Ok(mut commit) = sessions.session_commit(key, fence_of(&record), &session, &events) else {
+    let Ok((mut commit, stamped)) = sessions.stamped_commit(key, fence_of(&record), &session, &events) else {
         return Outcome::Failed;
     };
     commit.owner = OwnerChange::Acquire(sessions.instance().to_string());
@@ -237,7 +238,7 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
     tracing::info!(session = %key.id, from = %from, restart = ?restart, "took over session");
     let link = session.trace_parent().map(str::to_string);
     let takeover = Takeover { from, continuation, cancel: record.cancel_requested };
-    sessions.spawn_runner(key.clone(), session, committed, Some(takeover), link);
+    sessions.spawn_runner(key.clone(), session, committed, stamped, Some(takeover), link);
     Outcome::Taken
 }
 

@@ -1,46 +1,60 @@
 //! The writer of one replica: every write of the sessions this replica runs
-//! goes through it, as commits fenced by the session's tenure.
+//! goes through it, in rounds: one store call (one pipeline, one round trip
+//! on one Redis) carries what every session has ready.
 //!
 //! Each running session has a queue here. A turn puts two kinds of items in
 //! it: streamed events (text deltas and the like; the turn does not wait for
 //! them) and transitions (state, messages and events together; the turn
-//! waits for the answer). The writer sends one commit per session at a
-//! time: whatever its queue holds, up to and including the first
-//! transition, merged (adjacent text deltas of one agent become one event).
-//! So the first token of a step goes out at once, and what arrives while a
-//! commit is in flight rides on the next one. Commits of all sessions go
-//! out together (one pipelined store call per batch, several batches in
-//! flight).
+//! waits for the answer). A session's part of a round is whatever its queue
+//! holds, up to and including the first transition: its streamed events,
+//! merged (adjacent text deltas of one agent become one event) and appended
+//! as they are — numbered here, one plain append each, fenced by the epoch
+//! in their ids (`store::Append`) — then the transition as one fenced
+//! commit. A session has one part in flight at a time.
+//!
+//! When a round goes: at once when nothing is in flight and something is
+//! urgent (a transition, or a step's first streamed event: the time to the
+//! first token is not traded away); otherwise once the round before it has
+//! been answered and a tick (`store.append_tick_us`, 1 ms by default) has
+//! passed since it was sent. So a quiet replica's lone token goes at once,
+//! and under load each round trip carries every session's tokens of the
+//! last tick: tens of appends per round trip at 20,000 tokens/s, where the
+//! round trip, not the append, is what Redis pays for.
 //!
 //! With a linger (`store.commit_linger_ms`), streamed events after a
-//! step's first wait up to that long, from the oldest of them, for more to
-//! join their commit (a transition queued behind them sends them at once):
-//! fewer commits and client writes per token, each token that much later.
-//! Without one (the default) nothing waits.
+//! step's first also wait up to that long, from the oldest of them, for
+//! more to join them (a transition queued behind them sends them at once):
+//! fewer appends and client writes per token, each token that much later.
+//! Without one (the default) nothing waits longer than a tick.
 //!
-//! Nothing is dropped quietly. A commit the store does not answer is sent
-//! again — exactly the same commit, so a commit that was applied after all
-//! (its answer lost) is recognised by its number and not applied twice —
-//! while later items of the session wait behind it, in order. If the store
-//! keeps failing for longer than [`give_up`](Writer::start) the session's
-//! queue is broken: everything queued fails, the turn learns of it and
-//! stops, and the session is restarted from its last commit (with a
-//! `step_restarted` where a step was cut) once the store answers. A commit
+//! Nothing is dropped quietly. A part the store does not answer is sent
+//! again — exactly the same part, so what was applied after all (its answer
+//! lost) is recognised (an append by its id, a commit by its number) and
+//! not applied twice — while later items of the session wait behind it, in
+//! order. If the store keeps failing for longer than `give_up` the
+//! session's queue is broken: everything queued fails, the turn learns of
+//! it and stops, and the session is restarted from its last commit (with a
+//! `step_restarted` where a step was cut) once the store answers. A part
 //! refused by the fence means another instance runs the session now: the
-//! queue is broken the same way. An event reaches followers only after its
-//! commit succeeded.
+//! queue is broken the same way. An event reaches followers only after the
+//! store acknowledged it: this replica's followers get it from memory at
+//! that moment; other replicas' hear of it only while one of them follows
+//! the session (its appends are then announced).
 //!
 //! Back-pressure: a session may have at most [`ROOM`] streamed events
 //! waiting; the turn's next event waits for room, which stops it reading
 //! from the model until the store catches up.
 
 use std::{
-    collections::{HashMap, VecDeque},
-    sync::{Arc, OnceLock},
+    collections::{HashMap, HashSet, VecDeque},
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
-use futures::{StreamExt, stream::FuturesUnordered};
+use futures::future::BoxFuture;
 use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
     time::Instant,
@@ -51,19 +65,16 @@ use super::hub::{EventHub, push_coalesced};
 use crate::{
     domain::Event,
     store::{
-        Commit, CommitError, Committed, Fence, MessagesWrite, OwnerChange, SessionKey, StateWrite, Store, StoreError,
+        Append, Commit, CommitError, Committed, Fence, MessagesWrite, OwnerChange, SessionKey, SessionWrite,
+        StateWrite, Store, StoreError, Wrote,
     },
 };
 
 /// Streamed events a session may have waiting for the store.
 pub const ROOM: usize = 2048;
-/// Batches in flight at once (each: one pipelined store call).
-const IN_FLIGHT: usize = 4;
-/// Most sessions in one batch.
-const BATCH: usize = 256;
 /// Bound of the writer's inbox; submitters wait when it is full.
 const INBOX: usize = 4096;
-/// First and longest wait before sending a failed commit again.
+/// First and longest wait before sending a failed part again.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
@@ -97,32 +108,51 @@ pub struct Change {
     pub workspace: Option<crate::store::WorkspaceWrite>,
 }
 
-/// What a pipe sends the writer. Each names its tenure (`epoch`): a turn
-/// that lost its session and has not noticed yet must not write into the
-/// queue of a later tenure of the same session here.
+/// How the writer paces its rounds (`[store]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Pacing {
+    /// How long a session's parts may keep failing before its queue is
+    /// broken.
+    pub give_up: Duration,
+    /// How long streamed events after a step's first wait for more.
+    pub linger: Duration,
+    /// The least time between two rounds that carry no urgent item.
+    pub tick: Duration,
+}
+
+/// A tenure's queue here: a number no other tenure gets (so a turn that
+/// lost its session and has not noticed yet never writes into a later
+/// tenure's queue), cheap to look up per token.
+type Tenure = u64;
+
+/// What a pipe sends the writer.
 enum Submission {
-    /// A tenure begins (its acquiring commit was made elsewhere).
+    /// A tenure begins (its acquiring commit was made elsewhere); the log
+    /// ends at `last_seq`.
     Open {
+        tenure: Tenure,
         key: SessionKey,
         epoch: u64,
+        last_seq: u64,
         broken: Arc<OnceLock<WriteError>>,
     },
     Events {
-        key: SessionKey,
-        epoch: u64,
+        tenure: Tenure,
         events: Vec<Event>,
         permit: OwnedSemaphorePermit,
     },
     Commit {
-        key: SessionKey,
-        epoch: u64,
+        tenure: Tenure,
         change: Box<Change>,
         ack: oneshot::Sender<Result<Committed, WriteError>>,
     },
     /// The tenure is over: forget the queue once it is empty.
     Close {
+        tenure: Tenure,
+    },
+    /// Another instance began following `key`: announce its appends.
+    Followed {
         key: SessionKey,
-        epoch: u64,
     },
 }
 
@@ -130,50 +160,64 @@ enum Submission {
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Submission>,
+    tenures: Arc<AtomicU64>,
 }
 
 /// The write side of one running session's tenure, cheap to clone (parallel
 /// tool calls and subagents emit through clones).
 #[derive(Clone)]
 pub struct Pipe {
-    key: SessionKey,
-    epoch: u64,
+    tenure: Tenure,
     tx: mpsc::Sender<Submission>,
     room: Arc<Semaphore>,
     broken: Arc<OnceLock<WriteError>>,
 }
 
 impl Writer {
-    /// Starts the writer task. `give_up`: how long a session's commits may
-    /// keep failing before its queue is broken; `linger`: how long streamed
-    /// events may wait for more (see the module docs). It stops when
-    /// `shutdown` is cancelled, after one last attempt at what is queued
-    /// (bounded by `give_up`), or at once when `halt` is.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts the writer task, paced by `pacing` (see the module docs). It
+    /// stops when `shutdown` is cancelled, after one last attempt at what
+    /// is queued (bounded by `pacing.give_up`), or at once when `halt` is.
     pub fn start(
         store: Store,
         hub: EventHub,
         instance: String,
-        give_up: Duration,
-        linger: Duration,
+        pacing: Pacing,
         shutdown: CancellationToken,
         halt: CancellationToken,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::channel(INBOX);
-        let task = Task { store, hub, instance, give_up, linger, queues: HashMap::new(), inbox: rx };
+        let task = Task {
+            store,
+            hub,
+            instance,
+            pacing,
+            queues: HashMap::new(),
+            tenures: HashMap::new(),
+            ready: HashSet::new(),
+            inbox: rx,
+            last_round: None,
+        };
         tasks.spawn(task.run(shutdown, halt));
-        Self { tx }
+        Self { tx, tenures: Arc::new(AtomicU64::new(0)) }
     }
 
-    /// Opens the pipe of a tenure that began with commit `epoch`.
-    pub async fn open(&self, key: SessionKey, epoch: u64) -> Pipe {
+    /// Opens the pipe of a tenure that began with commit `epoch`, after
+    /// which the log ends at `last_seq`.
+    pub async fn open(&self, key: SessionKey, epoch: u64, last_seq: u64) -> Pipe {
+        let tenure = self.tenures.fetch_add(1, Ordering::Relaxed) + 1;
         let broken = Arc::new(OnceLock::new());
-        let open = Submission::Open { key: key.clone(), epoch, broken: broken.clone() };
+        let open = Submission::Open { tenure, key, epoch, last_seq, broken: broken.clone() };
         if self.tx.send(open).await.is_err() {
             let _ = broken.set(WriteError::Stopped);
         }
-        Pipe { key, epoch, tx: self.tx.clone(), room: Arc::new(Semaphore::new(ROOM)), broken }
+        Pipe { tenure, tx: self.tx.clone(), room: Arc::new(Semaphore::new(ROOM)), broken }
+    }
+
+    /// Another instance began following `key` (its owner, this replica,
+    /// was told): from now on its appends are announced.
+    pub async fn followed(&self, key: SessionKey) {
+        let _ = self.tx.send(Submission::Followed { key }).await;
     }
 }
 
@@ -189,7 +233,7 @@ impl Pipe {
             return Err(error.clone());
         }
         let permit = self.room.clone().acquire_owned().await.map_err(|_| WriteError::Stopped)?;
-        let events = Submission::Events { key: self.key.clone(), epoch: self.epoch, events, permit };
+        let events = Submission::Events { tenure: self.tenure, events, permit };
         self.tx.send(events).await.map_err(|_| WriteError::Stopped)
     }
 
@@ -200,14 +244,14 @@ impl Pipe {
             return Err(error.clone());
         }
         let (ack, answer) = oneshot::channel();
-        let commit = Submission::Commit { key: self.key.clone(), epoch: self.epoch, change: Box::new(change), ack };
+        let commit = Submission::Commit { tenure: self.tenure, change: Box::new(change), ack };
         self.tx.send(commit).await.map_err(|_| WriteError::Stopped)?;
         answer.await.map_err(|_| WriteError::Stopped)?
     }
 
     /// Ends the tenure here (after its last commit, or after it broke).
     pub async fn close(&self) {
-        let _ = self.tx.send(Submission::Close { key: self.key.clone(), epoch: self.epoch }).await;
+        let _ = self.tx.send(Submission::Close { tenure: self.tenure }).await;
     }
 }
 
@@ -218,30 +262,40 @@ enum Item {
     Commit(Box<Change>, oneshot::Sender<Result<Committed, WriteError>>),
 }
 
-/// A commit built from the head of a queue: sent, and sent again unchanged
-/// until the store answers.
+/// A session's part of a round, built from the head of its queue: sent,
+/// and sent again unchanged until the store answers.
 struct Attempt {
     /// Items of the queue it carries.
     items: usize,
-    /// Whether one of them is a transition.
-    transition: bool,
-    /// Its events, merged, for the followers once it is durable.
-    events: Vec<Event>,
-    commit: Commit,
+    /// Its streamed events, merged, numbered from `append.first_seq`.
+    streamed: Vec<Event>,
+    /// The transition's events (numbered by the commit's answer).
+    committed: Vec<Event>,
+    write: SessionWrite,
 }
 
 struct Queue {
+    key: SessionKey,
     epoch: u64,
     /// The last commit number the store applied in this tenure.
     n: u64,
+    /// Where the log ends with everything sent so far (the next append's
+    /// seq is one more).
+    seq: u64,
     items: VecDeque<Item>,
     attempt: Option<Attempt>,
     in_flight: bool,
     /// When the oldest streamed events not yet in an attempt were queued.
     oldest: Option<Instant>,
-    /// Whether the last commit applied carried a transition (or none was
-    /// made yet): the next streamed events start a step and do not linger.
+    /// Whether the last part applied carried a transition (or none was
+    /// made yet): the next streamed events start a step, are urgent and do
+    /// not linger.
     after_transition: bool,
+    /// Another instance follows the session: appends are announced.
+    followed: bool,
+    /// An announcement of where the log ends is owed (a follower elsewhere
+    /// appeared while nothing was queued).
+    announce: bool,
     /// When the store first failed the current attempt, and when to retry.
     failing_since: Option<Instant>,
     retry_at: Option<Instant>,
@@ -251,12 +305,26 @@ struct Queue {
 }
 
 impl Queue {
-    fn ready(&self, now: Instant, linger: Duration) -> bool {
-        !self.in_flight
+    /// Whether it has a part to send now (`urgent`: a transition or a
+    /// step's first streamed event).
+    fn ready(&self, now: Instant, linger: Duration) -> Option<Readiness> {
+        let sendable = !self.in_flight
             && self.broken.get().is_none()
-            && (self.attempt.is_some() || !self.items.is_empty())
+            && (self.attempt.is_some() || !self.items.is_empty() || self.announce)
             && self.retry_at.is_none_or(|at| at <= now)
-            && self.lingers_until(linger).is_none_or(|until| until <= now)
+            && self.lingers_until(linger).is_none_or(|until| until <= now);
+        if !sendable {
+            return None;
+        }
+        let urgent = self.attempt.is_none()
+            && match self.items.front() {
+                Some(Item::Commit(..)) => true,
+                Some(Item::Events(..)) => {
+                    self.after_transition || self.items.iter().any(|i| matches!(i, Item::Commit(..)))
+                }
+                None => false,
+            };
+        Some(if urgent { Readiness::Urgent } else { Readiness::Ready })
     }
 
     /// Until when its streamed events wait for more (see the module docs).
@@ -282,27 +350,43 @@ impl Queue {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Readiness {
+    Ready,
+    Urgent,
+}
+
 struct Task {
     store: Store,
     hub: EventHub,
     instance: String,
-    give_up: Duration,
-    linger: Duration,
-    queues: HashMap<SessionKey, Queue>,
+    pacing: Pacing,
+    queues: HashMap<Tenure, Queue>,
+    /// The tenure running each session here.
+    tenures: HashMap<SessionKey, Tenure>,
+    /// Queues that may have a part to send (checked at each dispatch).
+    ready: HashSet<Tenure>,
     inbox: mpsc::Receiver<Submission>,
+    /// When the last round was sent.
+    last_round: Option<Instant>,
 }
 
-/// A batch's answers: each session with the tenure its commit was of.
-type Batch = Vec<(SessionKey, u64, Result<Committed, CommitError>)>;
+/// A round's answers: each tenure's result.
+type Round = Vec<(Tenure, Result<Wrote, CommitError>)>;
 
 impl Task {
-    /// What wakes the loop: a submission, a batch's answer, the earliest
-    /// retry time, shutdown or halt.
+    /// What wakes the loop: a submission, the round's answer, the next
+    /// tick, retry or linger's end, shutdown or halt.
     async fn run(mut self, shutdown: CancellationToken, halt: CancellationToken) {
-        let mut in_flight: FuturesUnordered<futures::future::BoxFuture<'static, Batch>> = FuturesUnordered::new();
+        let mut in_flight: Option<BoxFuture<'static, Round>> = None;
         loop {
-            self.dispatch(&mut in_flight);
-            let retry = self.next_retry();
+            let mut wake = None;
+            if in_flight.is_none() {
+                match self.dispatch(Instant::now(), false) {
+                    Ok(round) => in_flight = round,
+                    Err(at) => wake = at,
+                }
+            }
             tokio::select! {
                 submission = self.inbox.recv() => match submission {
                     Some(submission) => {
@@ -313,29 +397,32 @@ impl Task {
                     }
                     None => break,
                 },
-                Some(batch) = in_flight.next(), if !in_flight.is_empty() => self.settle(batch).await,
-                () = sleep_until(retry) => {}
+                round = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
+                    in_flight = None;
+                    self.settle(round).await;
+                }
+                () = sleep_until(wake) => {}
                 () = shutdown.cancelled() => break,
                 () = halt.cancelled() => return,
             }
         }
         // Shutdown: one last attempt at what is queued, so acknowledged
         // work is kept; bounded, for a store that does not answer.
-        let give_up = self.give_up;
+        let give_up = self.pacing.give_up;
         let flush = async {
+            if let Some(round) = in_flight.take() {
+                self.settle(round.await).await;
+            }
             while let Ok(more) = self.inbox.try_recv() {
                 self.accept(more);
             }
-            self.linger = Duration::ZERO;
+            self.pacing.linger = Duration::ZERO;
             for queue in self.queues.values_mut() {
                 queue.retry_at = None;
             }
-            loop {
-                self.dispatch(&mut in_flight);
-                match in_flight.next().await {
-                    Some(batch) => self.settle(batch).await,
-                    None => break,
-                }
+            while let Ok(Some(round)) = self.dispatch(Instant::now(), true) {
+                let answers = round.await;
+                self.settle(answers).await;
             }
         };
         tokio::select! {
@@ -345,27 +432,26 @@ impl Task {
         }
     }
 
-    /// The earliest time a queue that is not in flight becomes ready: a
-    /// retry, or the end of a linger (never both: a queue waiting to retry
-    /// holds its attempt, which does not linger).
-    fn next_retry(&self) -> Option<Instant> {
-        let wake = |q: &Queue| q.retry_at.or_else(|| q.lingers_until(self.linger));
-        self.queues.values().filter(|q| !q.in_flight).filter_map(wake).min()
-    }
-
     fn accept(&mut self, submission: Submission) {
         match submission {
-            Submission::Open { key, epoch, broken } => {
+            Submission::Open { tenure, key, epoch, last_seq, broken } => {
+                // A later tenure of a session here: the earlier one's queue
+                // (if any) is fenced by the store anyway.
+                self.tenures.insert(key.clone(), tenure);
                 self.queues.insert(
-                    key,
+                    tenure,
                     Queue {
+                        key,
                         epoch,
                         n: 0,
+                        seq: last_seq,
                         items: VecDeque::new(),
                         attempt: None,
                         in_flight: false,
                         oldest: None,
                         after_transition: true,
+                        followed: false,
+                        announce: false,
                         failing_since: None,
                         retry_at: None,
                         backoff: RETRY_FIRST,
@@ -374,145 +460,223 @@ impl Task {
                     },
                 );
             }
-            Submission::Events { key, epoch, events, permit } => match self.queues.get_mut(&key) {
-                Some(queue) if queue.epoch == epoch && queue.broken.get().is_none() => {
+            Submission::Events { tenure, events, permit } => {
+                if let Some(queue) = self.queues.get_mut(&tenure)
+                    && queue.broken.get().is_none()
+                {
                     queue.oldest.get_or_insert_with(Instant::now);
-                    queue.items.push_back(Item::Events(events, permit))
+                    queue.items.push_back(Item::Events(events, permit));
+                    self.ready.insert(tenure);
                 }
-                _ => {}
-            },
-            Submission::Commit { key, epoch, change, ack } => match self.queues.get_mut(&key) {
-                Some(queue) if queue.epoch == epoch => match queue.broken.get() {
-                    None => queue.items.push_back(Item::Commit(change, ack)),
+            }
+            Submission::Commit { tenure, change, ack } => match self.queues.get_mut(&tenure) {
+                Some(queue) => match queue.broken.get() {
+                    None => {
+                        queue.items.push_back(Item::Commit(change, ack));
+                        self.ready.insert(tenure);
+                    }
                     Some(error) => drop(ack.send(Err(error.clone()))),
                 },
-                // A later tenure of the session runs here now.
-                Some(_) => drop(ack.send(Err(WriteError::Fenced))),
-                None => drop(ack.send(Err(WriteError::Stopped))),
+                // Its queue is gone: a later tenure runs the session here,
+                // or the writer is shutting down.
+                None => drop(ack.send(Err(WriteError::Fenced))),
             },
-            Submission::Close { key, epoch } => {
-                if self.queues.get(&key).is_some_and(|q| q.epoch == epoch) {
-                    if let Some(queue) = self.queues.get_mut(&key) {
-                        queue.closing = true;
-                    }
-                    self.forget_if_done(&key);
+            Submission::Close { tenure } => {
+                if let Some(queue) = self.queues.get_mut(&tenure) {
+                    queue.closing = true;
+                }
+                self.forget_if_done(tenure);
+            }
+            Submission::Followed { key } => {
+                if let Some(&tenure) = self.tenures.get(&key)
+                    && let Some(queue) = self.queues.get_mut(&tenure)
+                    && !queue.followed
+                {
+                    queue.followed = true;
+                    // What was acknowledged before it heard: announced now
+                    // (what is in flight is announced with its answer).
+                    queue.announce = true;
+                    self.ready.insert(tenure);
                 }
             }
         }
     }
 
-    fn forget_if_done(&mut self, key: &SessionKey) {
-        let done = self.queues.get(key).is_some_and(|q| {
+    fn forget_if_done(&mut self, tenure: Tenure) {
+        let done = self.queues.get(&tenure).is_some_and(|q| {
             q.closing && !q.in_flight && (q.broken.get().is_some() || (q.items.is_empty() && q.attempt.is_none()))
         });
-        if done {
-            self.queues.remove(key);
+        if done && let Some(queue) = self.queues.remove(&tenure) {
+            self.ready.remove(&tenure);
+            if self.tenures.get(&queue.key) == Some(&tenure) {
+                self.tenures.remove(&queue.key);
+            }
         }
     }
 
-    /// Sends the ready sessions' next commits, in batches.
-    fn dispatch(&mut self, in_flight: &mut FuturesUnordered<futures::future::BoxFuture<'static, Batch>>) {
-        let now = Instant::now();
-        while in_flight.len() < IN_FLIGHT {
-            let linger = self.linger;
-            let ready: Vec<SessionKey> =
-                self.queues.iter().filter(|(_, q)| q.ready(now, linger)).map(|(k, _)| k.clone()).take(BATCH).collect();
-            if ready.is_empty() {
-                return;
+    /// The next round, if one should go now (`all`: whatever is ready,
+    /// ignoring the tick); otherwise when to look again (`None`: when
+    /// something arrives).
+    fn dispatch(&mut self, now: Instant, all: bool) -> Result<Option<BoxFuture<'static, Round>>, Option<Instant>> {
+        let linger = self.pacing.linger;
+        let mut best = None;
+        let mut later: Option<Instant> = None;
+        let mut idle = Vec::new();
+        for &tenure in &self.ready {
+            let Some(queue) = self.queues.get(&tenure) else {
+                idle.push(tenure);
+                continue;
+            };
+            match queue.ready(now, linger) {
+                Some(readiness) => best = best.max(Some(readiness)),
+                None if queue.in_flight => {}
+                None => match queue.retry_at.or_else(|| queue.lingers_until(linger)) {
+                    Some(at) => later = Some(later.map_or(at, |l| l.min(at))),
+                    None => idle.push(tenure),
+                },
             }
-            let (mut commits, mut epochs) = (Vec::with_capacity(ready.len()), Vec::with_capacity(ready.len()));
-            for key in &ready {
-                let Some(queue) = self.queues.get_mut(key) else { continue };
-                if queue.attempt.is_none() {
-                    queue.attempt = Some(attempt(&self.instance, key, queue));
-                    queue.oldest = None;
-                }
-                queue.in_flight = true;
-                if let Some(attempt) = &queue.attempt {
-                    commits.push(attempt.commit.clone());
-                    epochs.push(queue.epoch);
-                }
-            }
-            let store = self.store.clone();
-            in_flight.push(Box::pin(async move {
-                let results = store.sessions.commit(&commits).await;
-                commits.into_iter().zip(epochs).zip(results).map(|((c, epoch), r)| (c.key, epoch, r)).collect()
-            }));
         }
+        for tenure in idle {
+            self.ready.remove(&tenure);
+        }
+        let Some(readiness) = best else { return Err(later) };
+        let next_tick = self.last_round.map(|at| at + self.pacing.tick);
+        if !all && readiness == Readiness::Ready && next_tick.is_some_and(|tick| tick > now) {
+            return Err(next_tick.into_iter().chain(later).min());
+        }
+        let mut writes = Vec::new();
+        let mut tenures = Vec::new();
+        for &tenure in &self.ready {
+            let Some(queue) = self.queues.get_mut(&tenure) else { continue };
+            if queue.ready(now, linger).is_none() {
+                continue;
+            }
+            if queue.attempt.is_none() {
+                queue.attempt = Some(attempt(&self.instance, queue));
+                queue.oldest = None;
+                queue.announce = false;
+            }
+            queue.in_flight = true;
+            if let Some(attempt) = &queue.attempt {
+                writes.push(attempt.write.clone());
+                tenures.push(tenure);
+            }
+        }
+        if writes.is_empty() {
+            return Err(later);
+        }
+        self.last_round = Some(now);
+        let store = self.store.clone();
+        Ok(Some(Box::pin(async move {
+            let results = store.sessions.write(&writes).await;
+            tenures.into_iter().zip(results).collect()
+        })))
     }
 
-    async fn settle(&mut self, batch: Batch) {
+    async fn settle(&mut self, round: Round) {
         let now = Instant::now();
-        for (key, epoch, result) in batch {
-            // The answer of an earlier tenure's commit: its queue is gone.
-            let Some(queue) = self.queues.get_mut(&key).filter(|q| q.epoch == epoch) else { continue };
+        for (tenure, result) in round {
+            let Some(queue) = self.queues.get_mut(&tenure) else { continue };
             queue.in_flight = false;
             match result {
-                Ok(committed) => {
+                Ok(wrote) => {
                     let Some(attempt) = queue.attempt.take() else { continue };
-                    queue.n += 1;
-                    queue.after_transition = attempt.transition;
                     queue.failing_since = None;
                     queue.retry_at = None;
                     queue.backoff = RETRY_FIRST;
-                    for item in queue.items.drain(..attempt.items) {
-                        if let Item::Commit(_, ack) = item {
-                            let _ = ack.send(Ok(committed));
+                    if let Some(append) = &attempt.write.append {
+                        queue.seq = append.last_seq();
+                        if !attempt.streamed.is_empty() {
+                            self.hub.broadcast(&queue.key, append.first_seq, attempt.streamed);
                         }
                     }
-                    if committed.first_seq <= committed.last_seq {
-                        self.hub.broadcast(&key, committed.first_seq, attempt.events).await;
+                    let mut acks = queue.items.drain(..attempt.items).filter_map(|item| match item {
+                        Item::Commit(_, ack) => Some(ack),
+                        Item::Events(..) => None,
+                    });
+                    let ack = acks.next();
+                    drop(acks);
+                    if attempt.items > 0 {
+                        queue.after_transition = ack.is_some();
+                    }
+                    if let (Some(ack), Some(committed)) = (ack, wrote.committed) {
+                        queue.n += 1;
+                        queue.seq = committed.last_seq;
+                        // Only ever turned on: a follower that registered
+                        // after the commit read may have been heard first.
+                        queue.followed |= committed.followed_elsewhere;
+                        if committed.first_seq <= committed.last_seq {
+                            self.hub.broadcast(&queue.key, committed.first_seq, attempt.committed);
+                        }
+                        let _ = ack.send(Ok(committed));
                     }
                 }
                 Err(CommitError::Conflict(conflict)) => {
-                    tracing::warn!(session = %key.id, %conflict, "session writes stopped: another replica runs it");
+                    tracing::warn!(session = %queue.key.id, %conflict, "session writes stopped: another replica runs it");
                     queue.break_with(WriteError::Fenced);
+                }
+                Err(CommitError::Store(error @ StoreError::Corrupt(_))) => {
+                    tracing::error!(session = %queue.key.id, %error, "session writes stopped: the store's answer is unusable");
+                    queue.break_with(WriteError::Store(error));
+                    self.hub.refill(&queue.key).await;
                 }
                 Err(CommitError::Store(error)) => {
                     let since = *queue.failing_since.get_or_insert(now);
-                    if now.duration_since(since) >= self.give_up {
-                        tracing::warn!(session = %key.id, %error, "session writes stopped: the store keeps failing");
+                    if now.duration_since(since) >= self.pacing.give_up {
+                        tracing::warn!(session = %queue.key.id, %error, "session writes stopped: the store keeps failing");
                         queue.break_with(WriteError::Store(error));
                         // Whatever the store did apply, followers here see.
-                        self.hub.refill(&key).await;
+                        self.hub.refill(&queue.key).await;
                     } else {
-                        tracing::debug!(session = %key.id, %error, "commit failed; sending it again");
+                        tracing::debug!(session = %queue.key.id, %error, "write failed; sending it again");
                         queue.retry_at = Some(now + queue.backoff);
                         queue.backoff = (queue.backoff * 2).min(RETRY_MAX);
                     }
                 }
             }
-            self.forget_if_done(&key);
+            self.ready.insert(tenure);
+            self.forget_if_done(tenure);
         }
     }
 }
 
-/// The next commit of `queue`: its streamed events up to and including the
-/// first transition, merged into one commit numbered `n + 1`.
-fn attempt(instance: &str, key: &SessionKey, queue: &Queue) -> Attempt {
-    let mut events = Vec::new();
+/// The next part of `queue`: its streamed events up to the first
+/// transition, merged and numbered after `queue.seq`, and that transition
+/// as commit `n + 1`.
+fn attempt(instance: &str, queue: &Queue) -> Attempt {
+    let mut streamed = Vec::new();
     let mut change = None;
     let mut items = 0;
     for item in &queue.items {
         items += 1;
         match item {
-            Item::Events(streamed, _) => {
-                for event in streamed {
-                    push_coalesced(&mut events, event.clone());
+            Item::Events(events, _) => {
+                for event in events {
+                    push_coalesced(&mut streamed, event.clone());
                 }
             }
             Item::Commit(transition, _) => {
-                events.extend(transition.events.iter().cloned());
                 change = Some(transition);
                 break;
             }
         }
     }
-    let fence = Fence::Owner { instance: instance.to_string(), epoch: queue.epoch, n: queue.n + 1 };
-    let mut commit = Commit::new(key.clone(), fence, instance);
     // Serializing plain event structs cannot fail.
-    commit.events = events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect();
-    if let Some(change) = change {
+    let encode = |events: &[Event]| events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect::<Vec<_>>();
+    // An owed announcement with nothing to append goes alone; a commit
+    // announces its own (and the appends' before it).
+    let append = (!streamed.is_empty() || (queue.announce && change.is_none())).then(|| Append {
+        instance: instance.to_string(),
+        epoch: queue.epoch,
+        first_seq: queue.seq + 1,
+        events: encode(&streamed),
+        announce: queue.followed,
+    });
+    let after = queue.seq + streamed.len() as u64;
+    let commit = change.map(|change| {
+        let fence = Fence::Owner { instance: instance.to_string(), epoch: queue.epoch, n: queue.n + 1, after };
+        let mut commit = Commit::new(queue.key.clone(), fence, instance);
+        commit.events = encode(&change.events);
         commit.state = change.state.clone();
         commit.messages = change.messages.clone();
         commit.owner = if change.release { OwnerChange::Release } else { OwnerChange::Keep };
@@ -520,8 +684,10 @@ fn attempt(instance: &str, key: &SessionKey, queue: &Queue) -> Attempt {
         commit.close_relays = change.close_relays.clone();
         commit.clear_cancel = change.clear_cancel;
         commit.workspace = change.workspace.clone();
-    }
-    Attempt { items, transition: change.is_some(), events, commit }
+        commit
+    });
+    let committed = change.map(|c| c.events.clone()).unwrap_or_default();
+    Attempt { items, streamed, committed, write: SessionWrite { key: queue.key.clone(), append, commit } }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -568,6 +734,11 @@ mod tests {
     /// A running session owned by `a#1`, its tenure's pipe on a writer
     /// with `linger`.
     async fn fixture(linger: Duration) -> Fixture {
+        paced(linger, Duration::ZERO).await
+    }
+
+    /// The same with a tick between rounds.
+    async fn paced(linger: Duration, tick: Duration) -> Fixture {
         let (notices_tx, notices) = mpsc::channel(16);
         let store = Store::open(&StoreConfig::for_unit_tests(), notices_tx.clone(), Default::default()).unwrap();
         let key = SessionKey::new("acme", "s1");
@@ -578,17 +749,11 @@ mod tests {
         let (tasks, shutdown) = (TaskTracker::new(), CancellationToken::new());
         let (wakes_tx, wakes) = mpsc::channel(16);
         let hub = EventHub::start(store.clone(), "a#1".into(), notices, wakes_tx, tasks.clone(), shutdown.clone());
-        let writer = Writer::start(
-            store.clone(),
-            hub,
-            "a#1".into(),
-            Duration::from_secs(10),
-            linger,
-            shutdown,
-            CancellationToken::new(),
-            &tasks,
-        );
-        let pipe = writer.open(key.clone(), 1).await;
+        hub.run_here(&key, 1, Vec::new());
+        let pacing = Pacing { give_up: Duration::from_secs(10), linger, tick };
+        let writer =
+            Writer::start(store.clone(), hub, "a#1".into(), pacing, shutdown, CancellationToken::new(), &tasks);
+        let pipe = writer.open(key.clone(), 1, 0).await;
         Fixture { store, key, pipe, _wakes: wakes, _notices: notices_tx }
     }
 
@@ -666,7 +831,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn without_a_linger_every_token_is_committed_as_it_comes() {
+    async fn tokens_after_a_steps_first_wait_for_the_tick_and_go_in_one_round() {
+        const TICK: Duration = Duration::from_millis(10);
+        let f = paced(Duration::ZERO, TICK).await;
+        f.pipe.emit(vec![text("a")]).await.unwrap();
+        // The step's first token does not wait for the tick.
+        f.committed(&["a"]).await;
+        f.pipe.emit(vec![text("b")]).await.unwrap();
+        f.pipe.emit(vec![text("c")]).await.unwrap();
+        f.settle().await;
+        assert_eq!(f.texts().await, ["a"], "within the tick nothing more is sent");
+        advance(TICK).await;
+        // One round, one append, for what the tick gathered.
+        f.committed(&["a", "bc"]).await;
+
+        // A transition does not wait for the tick, and takes what waits.
+        f.pipe.emit(vec![text("d")]).await.unwrap();
+        let before = Instant::now();
+        let change = Change { events: vec![text("!")], ..Change::default() };
+        f.pipe.commit(change).await.expect("the transition commits");
+        assert_eq!(Instant::now(), before, "no virtual time passed");
+        assert_eq!(f.texts().await, ["a", "bc", "d", "!"]);
+
+        // A round a tick after the last goes at once, lone token or not.
+        advance(TICK).await;
+        f.pipe.emit(vec![text("e")]).await.unwrap();
+        f.committed(&["a", "bc", "d", "!", "e"]).await;
+        advance(TICK).await;
+        f.pipe.emit(vec![text("f")]).await.unwrap();
+        f.committed(&["a", "bc", "d", "!", "e", "f"]).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_linger_or_a_tick_every_token_is_committed_as_it_comes() {
         let f = fixture(Duration::ZERO).await;
         let mut sent = Vec::new();
         for token in ["a", "b", "c"] {

@@ -22,9 +22,9 @@ use async_trait::async_trait;
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{
-    CancelRequest, Commit, CommitError, Committed, Conflict, Decided, EventLog, Fence, Health, LogRange, MessagesWrite,
-    Notice, Notifications, OwnerChange, Record, RelayIndex, Replicas, SessionKey, SessionStore, StoreError,
-    StoredEvent,
+    Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, EventLog, Fence, Health, LogRange,
+    MessagesWrite, Notice, Notifications, OwnerChange, Record, RelayIndex, Replicas, SessionKey, SessionStore,
+    SessionWrite, StoreError, StoredEvent, Wrote,
 };
 use crate::config::StoreConfig;
 
@@ -59,10 +59,20 @@ struct Inner {
     relays: HashMap<(Arc<str>, String), SessionKey>,
     /// Watch counts.
     watched: HashMap<SessionKey, usize>,
+    /// Instances listening to their own channel (`Notifications::listen`).
+    listening: HashSet<String>,
     /// Follow counts by instance (see `Notifications::follow`).
     followers: HashMap<SessionKey, HashMap<String, usize>>,
     /// The catalog's lists (`catalog.rs`).
     lists: HashMap<super::ListScope, std::collections::BTreeSet<super::ListPosition>>,
+}
+
+impl Inner {
+    /// Whether a wake-up for `key`'s owner `owner` is heard: on the
+    /// session's channel (watched) or on the owner's own.
+    fn wakes(&self, key: &SessionKey, owner: &str) -> bool {
+        self.watched.contains_key(key) || (!owner.is_empty() && self.listening.contains(owner))
+    }
 }
 
 /// One session's records, as the Redis hash, list and stream hold them.
@@ -76,6 +86,9 @@ struct Stored {
     epoch: u64,
     commit_n: u64,
     last_seq: u64,
+    /// The epoch of the log's top (Redis: the high part of the stream's
+    /// last id): an owner's append of an older tenure is refused.
+    log_epoch: u64,
     checkpoint_seq: u64,
     turn_start_seq: u64,
     messages: Vec<String>,
@@ -126,6 +139,40 @@ impl MemoryStore {
         }
     }
 
+    /// An owner's appends under the lock, as Redis takes them: an event
+    /// whose (epoch, seq) is not above the log's top is refused — this
+    /// tenure's own from an earlier attempt (counted as applied), or a
+    /// later tenure's fence.
+    fn append(
+        &self,
+        inner: &mut Inner,
+        key: &SessionKey,
+        append: &Append,
+        notices: &mut Vec<Notice>,
+    ) -> Result<(), CommitError> {
+        let watched = inner.watched.contains_key(key);
+        let Some(s) = inner.sessions.get_mut(key) else { return Err(CommitError::Conflict(Conflict::Fenced)) };
+        for (i, payload) in append.events.iter().enumerate() {
+            let seq = append.first_seq + i as u64;
+            if (append.epoch, seq) <= (s.log_epoch, s.last_seq) {
+                if s.owner != append.instance || s.epoch != append.epoch {
+                    return Err(CommitError::Conflict(Conflict::Fenced));
+                }
+                continue;
+            }
+            s.log_epoch = append.epoch;
+            s.last_seq = seq;
+            s.log.push_back(StoredEvent { seq, payload: payload.clone() });
+        }
+        let excess = s.log.len().saturating_sub(self.max_len);
+        s.log.drain(..excess);
+        if append.announce && watched {
+            let last_seq = append.last_seq();
+            notices.push(Notice::Appended { key: key.clone(), last_seq, by: Some(append.instance.clone()) });
+        }
+        Ok(())
+    }
+
     /// One commit under the lock; notices to send after it.
     fn apply(&self, inner: &mut Inner, commit: &Commit, notices: &mut Vec<Notice>) -> Result<Committed, CommitError> {
         let exists = inner.sessions.contains_key(&commit.key);
@@ -140,9 +187,14 @@ impl MemoryStore {
                     if s.version != *version || s.epoch != *epoch || s.last_seq != *last_seq || !same_owner {
                         return Err(CommitError::Conflict(Conflict::Changed));
                     }
+                    // While it runs, only its owner appends events.
+                    let running = super::is_active(&s.status) && !s.owner.is_empty();
+                    if running && commit.owner == OwnerChange::Keep && !commit.events.is_empty() {
+                        return Err(CommitError::Conflict(Conflict::Changed));
+                    }
                 }
                 (Fence::Unchanged { .. }, None) => return Err(CommitError::Conflict(Conflict::Changed)),
-                (Fence::Owner { instance, epoch, n }, Some(s)) => {
+                (Fence::Owner { instance, epoch, n, after }, Some(s)) => {
                     if s.owner != *instance || s.epoch != *epoch {
                         return Err(CommitError::Conflict(Conflict::Fenced));
                     }
@@ -150,6 +202,11 @@ impl MemoryStore {
                         duplicate = true;
                     } else if *n != s.commit_n + 1 {
                         return Err(CommitError::Conflict(Conflict::Fenced));
+                    } else if s.last_seq < *after {
+                        return Err(CommitError::Store(StoreError::Unavailable(format!(
+                            "the log ends at {} before the commit's appends",
+                            s.last_seq
+                        ))));
                     }
                 }
                 (Fence::Owner { .. }, None) => return Err(CommitError::Conflict(Conflict::Fenced)),
@@ -158,12 +215,15 @@ impl MemoryStore {
         if !exists {
             inner.sessions.insert(commit.key.clone(), Stored::default());
         }
+        let followed_elsewhere =
+            inner.followers.get(&commit.key).is_some_and(|by| by.keys().any(|instance| *instance != commit.by));
         let Some(s) = inner.sessions.get_mut(&commit.key) else {
             return Err(CommitError::Store(StoreError::Corrupt("session vanished under the lock".into())));
         };
         if duplicate {
             let first_seq = (s.last_seq + 1).saturating_sub(commit.events.len() as u64);
-            return Ok(Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq });
+            let (version, epoch, last_seq) = (s.version, s.epoch, s.last_seq);
+            return Ok(Committed { version, epoch, first_seq, last_seq, followed_elsewhere });
         }
         if let Fence::Owner { n, .. } = &commit.fence {
             s.commit_n = *n;
@@ -176,6 +236,7 @@ impl MemoryStore {
                 s.last_owner = instance.clone();
                 s.epoch += 1;
                 s.commit_n = 0;
+                s.log_epoch = s.epoch;
             }
             OwnerChange::Release => s.owner.clear(),
         }
@@ -223,14 +284,16 @@ impl MemoryStore {
                 s.files.insert(path.clone(), entry.clone());
             }
         }
-        let committed = Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq };
+        if !commit.events.is_empty() {
+            s.log_epoch = s.epoch;
+        }
+        let committed =
+            Committed { version: s.version, epoch: s.epoch, first_seq, last_seq: s.last_seq, followed_elsewhere };
         let (owner, active) = (s.owner.clone(), super::is_active(&s.status));
         if let Some(listing) = &commit.listing {
             self.list_entry(inner, &commit.key, listing);
         }
         let watched = inner.watched.contains_key(&commit.key);
-        let followed_elsewhere =
-            inner.followers.get(&commit.key).is_some_and(|by| by.keys().any(|instance| *instance != commit.by));
         if watched && followed_elsewhere && !commit.events.is_empty() {
             notices.push(Notice::Appended {
                 key: commit.key.clone(),
@@ -243,7 +306,9 @@ impl MemoryStore {
             OwnerChange::Acquire(instance) => {
                 inner.owned.entry(instance.clone()).or_default().insert(commit.key.clone());
                 inner.orphans.remove(&commit.key);
-                if watched && !previous.is_empty() && previous != owner {
+                // The instance that ran it until now learns it lost it:
+                // on the session's channel or on its own.
+                if !previous.is_empty() && previous != owner && (watched || inner.listening.contains(&previous)) {
                     notices.push(Notice::Wake { key: commit.key.clone() });
                 }
             }
@@ -291,33 +356,57 @@ impl SessionStore for MemoryStore {
         results
     }
 
+    async fn write(&self, writes: &[SessionWrite]) -> Vec<Result<Wrote, CommitError>> {
+        let mut notices = Vec::new();
+        let results = {
+            let mut inner = self.lock();
+            writes
+                .iter()
+                .map(|write| {
+                    if let Some(append) = &write.append {
+                        self.append(&mut inner, &write.key, append, &mut notices)?;
+                    }
+                    let committed = match &write.commit {
+                        Some(commit) => Some(self.apply(&mut inner, commit, &mut notices)?),
+                        None => None,
+                    };
+                    Ok(Wrote { committed })
+                })
+                .collect()
+        };
+        self.notify(notices);
+        results
+    }
+
     async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
-        let watched = {
+        let woken = {
             let mut inner = self.lock();
             let Some(session) = inner.sessions.get_mut(key) else { return Ok(Decided::Missing) };
             match session.relays.get_mut(relay_id) {
                 Some(slot @ None) => *slot = Some(decision.to_string()),
                 _ => return Ok(Decided::AlreadyDecided),
             }
-            inner.watched.contains_key(key)
+            let owner = session.owner.clone();
+            inner.wakes(key, &owner)
         };
-        if watched {
+        if woken {
             self.notify(vec![Notice::Wake { key: key.clone() }]);
         }
         Ok(Decided::Recorded)
     }
 
     async fn request_cancel(&self, key: &SessionKey) -> Result<CancelRequest, StoreError> {
-        let watched = {
+        let woken = {
             let mut inner = self.lock();
             let Some(session) = inner.sessions.get_mut(key) else { return Ok(CancelRequest::Missing) };
             if !super::is_active(&session.status) {
                 return Ok(CancelRequest::NotRunning(session.status.clone()));
             }
             session.cancel = true;
-            inner.watched.contains_key(key)
+            let owner = session.owner.clone();
+            inner.wakes(key, &owner)
         };
-        if watched {
+        if woken {
             self.notify(vec![Notice::Wake { key: key.clone() }]);
         }
         Ok(CancelRequest::Recorded)
@@ -434,20 +523,28 @@ impl Notifications for MemoryStore {
         Ok(())
     }
 
+    async fn listen(&self, instance: &str) -> Result<(), StoreError> {
+        self.lock().listening.insert(instance.to_string());
+        Ok(())
+    }
+
     async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {
-        let mut inner = self.lock();
-        if !inner.sessions.contains_key(key) {
-            return Ok(());
-        }
-        let counts = inner.followers.entry(key.clone()).or_default();
-        let count = counts.entry(instance.to_string()).or_default();
-        if following {
-            *count += 1;
-        } else {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        let followed = {
+            let mut inner = self.lock();
+            let Some(owner) = inner.sessions.get(key).map(|s| s.owner.clone()) else { return Ok(()) };
+            let counts = inner.followers.entry(key.clone()).or_default();
+            let count = counts.entry(instance.to_string()).or_default();
+            let now = if following { *count + 1 } else { count.saturating_sub(1) };
+            *count = now;
+            if now == 0 {
                 counts.remove(instance);
             }
+            // The owner learns of a new follower elsewhere on its own
+            // channel.
+            following && now == 1 && owner != instance && inner.listening.contains(&owner)
+        };
+        if followed {
+            self.notify(vec![Notice::Followed { key: key.clone() }]);
         }
         Ok(())
     }

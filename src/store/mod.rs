@@ -135,8 +135,11 @@ pub enum Fence {
     /// `instance` still owns it in tenure `epoch`, and this is the tenure's
     /// commit number `n` (1, 2, …). A commit whose `n` was already applied
     /// (a retry after a lost answer) is answered as committed again and
-    /// changes nothing.
-    Owner { instance: String, epoch: u64, n: u64 },
+    /// changes nothing. `after`: the seq the owner has written up to (its
+    /// [`Append`]s included); a log that ends before it (an append of the
+    /// same round did not land) refuses the commit for now
+    /// ([`StoreError::Unavailable`]: the round is sent again).
+    Owner { instance: String, epoch: u64, n: u64, after: u64 },
 }
 
 /// What a commit does to the session's owner.
@@ -233,6 +236,54 @@ pub struct Committed {
     /// Seqs of the commit's events (`first_seq > last_seq` when it had none).
     pub first_seq: u64,
     pub last_seq: u64,
+    /// An instance other than the committing one follows the session (as
+    /// the commit found it): its owner's appends must be announced.
+    pub followed_elsewhere: bool,
+}
+
+/// Streamed events of a running session (text and tool-argument deltas,
+/// progress), appended by its owner without a change of state: no script
+/// and no read, one plain append per event. The fence is in the entries'
+/// ids: each carries the tenure's epoch in its high part, and a takeover
+/// moves the log's top to its own epoch first, so the store itself refuses
+/// every later append of an older tenure. The owner numbers the events
+/// (it writes all of its tenure's events, so it knows where the log ends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    /// The owner and its tenure.
+    pub instance: String,
+    pub epoch: u64,
+    /// The seq of `events[0]`; the others follow it.
+    pub first_seq: u64,
+    /// Event payloads (JSON text), in order.
+    pub events: Vec<String>,
+    /// Announce the events ([`Notice::Appended`]): another instance
+    /// follows the session.
+    pub announce: bool,
+}
+
+impl Append {
+    /// The seq of the last event.
+    pub fn last_seq(&self) -> u64 {
+        self.first_seq + self.events.len() as u64 - 1
+    }
+}
+
+/// One session's part of the writer's round ([`SessionStore::write`]): its
+/// appends, then its commit, applied in that order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionWrite {
+    pub key: SessionKey,
+    pub append: Option<Append>,
+    /// A transition under [`Fence::Owner`], after the appends.
+    pub commit: Option<Commit>,
+}
+
+/// What a [`SessionWrite`] did: its appends landed (or had, before a lost
+/// answer), and its commit was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wrote {
+    pub committed: Option<Committed>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -289,6 +340,14 @@ pub trait SessionStore: Send + Sync {
     /// where the backend allows); results in the same order. Commits of one
     /// session must not be in the same call.
     async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>>;
+
+    /// The writer's round: every session's appends and then its commit, in
+    /// one round trip where the backend allows; results in the same order,
+    /// one per session (sessions must not repeat). An append whose entry is
+    /// already there from an earlier attempt of the same tenure counts as
+    /// applied; one after the tenure ended is [`Conflict::Fenced`], and so
+    /// is one to a session that is gone.
+    async fn write(&self, writes: &[SessionWrite]) -> Vec<Result<Wrote, CommitError>>;
 
     /// Records `decision` (JSON text) for live relay `relay_id`, and wakes
     /// the owner.
@@ -381,6 +440,9 @@ pub enum Notice {
     /// Something was left for the session's owner: a relay decision, a
     /// cancel request, or another instance took it over.
     Wake { key: SessionKey },
+    /// Another instance began following a session this one runs: its
+    /// appends must be announced from now on.
+    Followed { key: SessionKey },
     /// A session was handed off: whoever can should take it over now.
     Orphaned,
     /// The subscription was re-established: anything may have been missed,
@@ -394,6 +456,11 @@ pub trait Notifications: Send + Sync {
     /// Start hearing about `key` (counted: `watch` twice needs `unwatch` twice).
     async fn watch(&self, key: &SessionKey) -> Result<(), StoreError>;
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError>;
+
+    /// Listens to `instance`'s own channel from now on: wake-ups for the
+    /// sessions it runs ([`Notice::Wake`], [`Notice::Followed`]), so an
+    /// owner needs no watch of each session.
+    async fn listen(&self, instance: &str) -> Result<(), StoreError>;
 
     /// `instance` follows `key` (`true`) or stops one follow (`false`;
     /// counted, each start has its stop): a commit announces its events

@@ -214,6 +214,18 @@ impl Keys {
     fn orphans_channel(&self) -> String {
         format!("{}orphans", self.prefix)
     }
+    /// What an instance's own channel is named after (scripts append the
+    /// instance).
+    fn instance_channel_prefix(&self) -> String {
+        format!("{}i:", self.prefix)
+    }
+    /// An instance's own channel: wake-ups for the sessions it runs (a
+    /// decision, a cancel, a takeover, a new follower elsewhere), so an
+    /// owner needs no subscription per session. A plain channel, heard
+    /// from every node of a cluster.
+    fn instance_channel(&self, instance: &str) -> String {
+        format!("{}{instance}", self.instance_channel_prefix())
+    }
 }
 
 pub struct RedisStore {
@@ -355,6 +367,10 @@ impl Notifications for RedisStore {
         self.subscriber.unwatch(self.keys.channel(key)).await
     }
 
+    async fn listen(&self, instance: &str) -> Result<(), StoreError> {
+        self.subscriber.listen(self.keys.instance_channel(instance)).await
+    }
+
     async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {
         let _: i64 = self
             .scripts
@@ -362,6 +378,8 @@ impl Notifications for RedisStore {
             .key(self.keys.state(key))
             .arg(instance)
             .arg(if following { "1" } else { "0" })
+            .arg(self.keys.instance_channel_prefix())
+            .arg(key.to_member())
             .invoke_async(&mut self.connection())
             .await
             .map_err(map_err)?;
@@ -427,6 +445,7 @@ mod tests {
         assert_eq!(keys.relay("acme", "r1"), "sb:{t:acme}:relay:r1");
         assert_eq!(keys.relay_legacy("r1"), "sb:relay:r1");
         assert_eq!(keys.channel(&key), "sb:{t:acme:s:s1}:n");
+        assert_eq!(keys.instance_channel("a#1"), "sb:i:a#1");
     }
 
     #[tokio::test]

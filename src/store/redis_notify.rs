@@ -53,8 +53,21 @@ pub(super) struct Subscriber {
 }
 
 pub(super) enum Command {
-    Watch { channel: String, key: SessionKey, done: oneshot::Sender<()> },
-    Unwatch { channel: String, done: oneshot::Sender<()> },
+    Watch {
+        channel: String,
+        key: SessionKey,
+        done: oneshot::Sender<()>,
+    },
+    Unwatch {
+        channel: String,
+        done: oneshot::Sender<()>,
+    },
+    /// This replica's own channel (wake-ups for the sessions it runs):
+    /// listened to from now on, like the hand-off channel.
+    Listen {
+        channel: String,
+        done: oneshot::Sender<()>,
+    },
 }
 
 impl Subscriber {
@@ -94,6 +107,11 @@ impl Subscriber {
         self.request(|done| Command::Unwatch { channel, done }).await
     }
 
+    /// Listens to `channel`, this replica's own, from now on.
+    pub(super) async fn listen(&self, channel: String) -> Result<(), StoreError> {
+        self.request(|done| Command::Listen { channel, done }).await
+    }
+
     async fn request(&self, command: impl FnOnce(oneshot::Sender<()>) -> Command) -> Result<(), StoreError> {
         let stopped = || StoreError::Unavailable("the subscription task has stopped".to_string());
         let (done, answer) = oneshot::channel();
@@ -113,6 +131,9 @@ struct Watched {
 #[derive(Default)]
 pub(super) struct Watches {
     channels: HashMap<String, Watched>,
+    /// This replica's own channel, once known: its messages name the
+    /// session (`w:<tenant>/<id>`, `f:<tenant>/<id>`).
+    own: Option<String>,
 }
 
 impl Watches {
@@ -135,7 +156,18 @@ impl Watches {
     }
 
     pub(super) fn contains(&self, channel: &str) -> bool {
-        self.channels.contains_key(channel)
+        self.channels.contains_key(channel) || self.own.as_deref() == Some(channel)
+    }
+
+    /// Sets this replica's own channel; true if it is new (subscribe).
+    pub(super) fn listen(&mut self, channel: String) -> bool {
+        let new = self.own.as_ref() != Some(&channel);
+        self.own = Some(channel);
+        new
+    }
+
+    pub(super) fn own(&self) -> Option<&String> {
+        self.own.as_ref()
     }
 
     pub(super) fn channels(&self) -> impl Iterator<Item = &String> {
@@ -149,6 +181,13 @@ impl Watches {
     pub(super) fn notice(&self, orphans: &str, channel: &str, payload: &[u8]) -> Option<Notice> {
         if channel == orphans {
             return Some(Notice::Orphaned);
+        }
+        if self.own.as_deref() == Some(channel) {
+            let notice = parse_own(payload);
+            if notice.is_none() {
+                tracing::warn!(channel, "unreadable wake-up ignored");
+            }
+            return notice;
         }
         let watched = self.channels.get(channel)?;
         let notice = parse_notice(&watched.key, payload);
@@ -234,6 +273,9 @@ impl Task {
             .map_err(|e| e.to_string())?;
         let (mut sink, stream) = pubsub.split();
         subscribe(&mut sink, &self.orphans).await?;
+        if let Some(own) = self.watched.own() {
+            subscribe(&mut sink, own).await?;
+        }
         for channel in self.watched.channels() {
             subscribe(&mut sink, channel).await?;
         }
@@ -315,6 +357,15 @@ impl Task {
                 let _ = done.send(());
                 result
             }
+            Command::Listen { channel, done } => {
+                let new = self.watched.listen(channel.clone());
+                let result = match sink {
+                    Some(sink) if new => subscribe(sink, &channel).await,
+                    _ => Ok(()),
+                };
+                let _ = done.send(());
+                result
+            }
         }
     }
 
@@ -342,6 +393,20 @@ async fn unsubscribe(sink: &mut PubSubSink, channel: &str) -> Result<(), String>
     match timeout(COMMAND_TIMEOUT, sink.unsubscribe(channel)).await {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(_) => Err("UNSUBSCRIBE timed out".to_string()),
+    }
+}
+
+/// On a replica's own channel: `w:<tenant>/<id>` → [`Notice::Wake`] (a
+/// decision, a cancel or a takeover of a session it runs), `f:<tenant>/<id>`
+/// → [`Notice::Followed`] (another replica began following one).
+fn parse_own(payload: &[u8]) -> Option<Notice> {
+    let payload = std::str::from_utf8(payload).ok()?;
+    let (kind, member) = payload.split_once(':')?;
+    let key = SessionKey::from_member(member)?;
+    match kind {
+        "w" => Some(Notice::Wake { key }),
+        "f" => Some(Notice::Followed { key }),
+        _ => None,
     }
 }
 
@@ -376,5 +441,15 @@ mod tests {
         assert_eq!(parse_notice(&key, b"e:"), None);
         assert_eq!(parse_notice(&key, b"x"), None);
         assert_eq!(parse_notice(&key, &[0xff]), None);
+    }
+
+    #[test]
+    fn an_instances_own_channel_names_the_session() {
+        let key = SessionKey::new("acme", "s1");
+        assert_eq!(parse_own(b"w:acme/s1"), Some(Notice::Wake { key: key.clone() }));
+        assert_eq!(parse_own(b"f:acme/s1"), Some(Notice::Followed { key }));
+        assert_eq!(parse_own(b"w:acme"), None);
+        assert_eq!(parse_own(b"x:acme/s1"), None);
+        assert_eq!(parse_own(b"w"), None);
     }
 }

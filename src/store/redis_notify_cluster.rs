@@ -6,8 +6,8 @@
 //! A session's notice channel is a shard channel (`SSUBSCRIBE`), tagged like
 //! the session's keys, so its notices are published by the node that holds
 //! the session (from inside the commit script) and go to that node's
-//! subscribers only; the orphans channel is a plain channel, which a cluster
-//! broadcasts to every node. The cluster client (RESP3, a push sender) keeps
+//! subscribers only; the orphans channel and the replica's own channel are
+//! plain channels, which a cluster broadcasts to every node. The cluster client (RESP3, a push sender) keeps
 //! one connection per node, routes each `SSUBSCRIBE` to its slot's primary,
 //! and subscribes again by itself after it reconnects or learns a new
 //! topology. What it cannot tell us is what was published in between: a
@@ -131,6 +131,9 @@ impl Task {
             }
             let connection = state.connection.as_mut().expect("connected above");
             command_on(connection, "SUBSCRIBE", &self.orphans).await?;
+            if let Some(own) = state.watched.own() {
+                command_on(connection, "SUBSCRIBE", own).await?;
+            }
             let channels: Vec<String> = state.watched.channels().cloned().collect();
             for channel in channels {
                 command_on(connection, "SSUBSCRIBE", &channel).await?;
@@ -193,6 +196,17 @@ impl State {
                     && let Some(connection) = self.connection.as_mut()
                 {
                     let _ = command_on(connection, "SUNSUBSCRIBE", &channel).await;
+                }
+                let _ = done.send(());
+            }
+            // A plain channel: a cluster broadcasts it to every node.
+            Command::Listen { channel, done } => {
+                if self.watched.listen(channel.clone())
+                    && self.repair_at.is_none()
+                    && let Some(connection) = self.connection.as_mut()
+                    && command_on(connection, "SUBSCRIBE", &channel).await.is_err()
+                {
+                    self.lost("SUBSCRIBE failed");
                 }
                 let _ = done.send(());
             }

@@ -12,7 +12,7 @@ use tracing::Instrument as _;
 use super::{
     CancelRequest, Catalog, Commit, CommitError, Committed, Decided, Deleted, Deletion, EventLog, Health, ListPosition,
     ListScope, Listed, LogRange, Notifications, Quotas, RateDecision, Record, RelayIndex, Replicas, SessionKey,
-    SessionStore, StoreError, TokenWindow,
+    SessionStore, SessionWrite, StoreError, TokenWindow, Wrote,
 };
 use crate::telemetry::{attributes as attr, metrics::Metrics};
 
@@ -89,6 +89,17 @@ impl<B: SessionStore> SessionStore for Timed<B> {
         results
     }
 
+    async fn write(&self, writes: &[SessionWrite]) -> Vec<Result<Wrote, CommitError>> {
+        let started = Instant::now();
+        let results = self.inner.write(writes).await;
+        let failed = results.iter().find_map(|r| match r {
+            Err(CommitError::Store(e)) => Some(e),
+            _ => None,
+        });
+        self.metrics.store_op("sessions.write", outcome(failed), started.elapsed());
+        results
+    }
+
     async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
         self.time("sessions.decide", self.inner.decide(key, relay_id, decision)).await
     }
@@ -159,6 +170,10 @@ impl<B: Notifications> Notifications for Timed<B> {
 
     async fn unwatch(&self, key: &SessionKey) -> Result<(), StoreError> {
         self.time("notifications.unwatch", self.inner.unwatch(key)).await
+    }
+
+    async fn listen(&self, instance: &str) -> Result<(), StoreError> {
+        self.time("notifications.listen", self.inner.listen(instance)).await
     }
 
     async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {

@@ -66,6 +66,7 @@ fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConf
         wait_replicas: 0,
         wait_replicas_timeout: Duration::from_millis(500),
         commit_linger: Duration::ZERO,
+        append_tick: Duration::from_millis(1),
         key_prefix: unique_prefix(),
         session_ttl: Duration::from_secs(60),
         event_log_max_len,
@@ -138,6 +139,8 @@ struct Tenure {
     instance: String,
     epoch: u64,
     n: u64,
+    /// Where the log ends as far as the owner knows (its commits' `after`).
+    seq: u64,
 }
 
 impl Tenure {
@@ -146,7 +149,7 @@ impl Tenure {
         self.n += 1;
         Commit::new(
             self.key.clone(),
-            Fence::Owner { instance: self.instance.clone(), epoch: self.epoch, n: self.n },
+            Fence::Owner { instance: self.instance.clone(), epoch: self.epoch, n: self.n, after: self.seq },
             &self.instance,
         )
     }
@@ -156,6 +159,7 @@ impl Tenure {
         commit.events = numbered(from, to);
         let committed = commit_one(store, commit).await.expect("the owner's commit goes through");
         assert_eq!((committed.first_seq, committed.last_seq), (from, to));
+        self.seq = to;
     }
 }
 
@@ -166,7 +170,7 @@ async fn create_owned(store: &Store, key: &SessionKey, instance: &str) -> Tenure
     commit.state = state(r#"{"doc":1}"#, "running");
     let committed = commit_one(store, commit).await.expect("the session is created");
     assert_eq!((committed.version, committed.epoch), (1, 1));
-    Tenure { key: key.clone(), instance: instance.to_string(), epoch: 1, n: 0 }
+    Tenure { key: key.clone(), instance: instance.to_string(), epoch: 1, n: 0, seq: 0 }
 }
 
 /// Creates `key`, idle and owned by nobody.
@@ -207,6 +211,7 @@ where
     }
 }
 
+mod appends;
 mod catalog;
 mod cluster_only;
 mod commits;

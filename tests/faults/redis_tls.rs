@@ -31,6 +31,7 @@ fn open(target: RedisTarget, tls: RedisTls) -> (Store, mpsc::Receiver<Notice>) {
         wait_replicas: 0,
         wait_replicas_timeout: Duration::from_millis(500),
         commit_linger: Duration::ZERO,
+        append_tick: Duration::from_millis(1),
         key_prefix: format!("sbtls:{}:", uuid::Uuid::new_v4().simple()),
         session_ttl: Duration::from_secs(60),
         event_log_max_len: 100,

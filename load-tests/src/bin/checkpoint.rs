@@ -97,6 +97,7 @@ async fn run(args: Args) -> Result<String> {
         wait_replicas: 0,
         wait_replicas_timeout: std::time::Duration::from_millis(500),
         commit_linger: std::time::Duration::ZERO,
+        append_tick: std::time::Duration::from_millis(1),
         key_prefix: prefix.clone(),
         session_ttl: std::time::Duration::from_secs(600),
         event_log_max_len: 100_000,
@@ -201,8 +202,11 @@ async fn measure_now(store: &Store, admin: &mut Admin, n: usize, args: &Args) ->
     let read_before = admin.counters().await?.net_input;
     for i in 0..args.commits {
         let events = tool_round(&mut session, i, &text, &output)?;
-        let mut commit =
-            Commit::new(key.clone(), Fence::Owner { instance: INSTANCE.into(), epoch: 1, n: i as u64 + 1 }, INSTANCE);
+        let mut commit = Commit::new(
+            key.clone(),
+            Fence::Owner { instance: INSTANCE.into(), epoch: 1, n: i as u64 + 1, after: 0 },
+            INSTANCE,
+        );
         commit.state = Some(StateWrite { doc: serde_json::to_string(&session)?, status: session.status().as_str() });
         let appended = match session.conversation_change() {
             ConversationChange::Append(m) => encoded_messages(m)?,

@@ -21,6 +21,9 @@ use super::{
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// The longest `store.commit_linger_ms`.
 const MAX_COMMIT_LINGER_MS: u64 = 1000;
+/// The longest `store.append_tick_us`, and its default.
+const MAX_APPEND_TICK_US: u64 = 10_000;
+const DEFAULT_APPEND_TICK_US: u64 = 1000;
 
 /// Lays `SWITCHBOARD_LISTEN`, `SWITCHBOARD_REDIS_URL`,
 /// `SWITCHBOARD_REDIS_CLUSTER` (comma-separated seed URLs) and
@@ -86,6 +89,16 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
                 0
             }
             ms => ms.unwrap_or(0),
+        }),
+        append_tick: Duration::from_micros(match raw.store.append_tick_us {
+            Some(us) if us > MAX_APPEND_TICK_US => {
+                errors.push(
+                    "store.append_tick_us",
+                    format!("at most {MAX_APPEND_TICK_US} (a round trip per 10 ms is already few)"),
+                );
+                DEFAULT_APPEND_TICK_US
+            }
+            us => us.unwrap_or(DEFAULT_APPEND_TICK_US),
         }),
         key_prefix: raw.store.key_prefix.unwrap_or_else(|| "sb:".to_string()),
         session_ttl: secs(positive(&mut errors, "store.session_ttl_secs", raw.store.session_ttl_secs), 86_400),

@@ -7,7 +7,8 @@
 -- KEYS[4] workspace manifest hash (path -> "digest:size:mode")
 -- KEYS[5] workspace blobs hash (sha256 hex -> content)
 -- ARGV[1]  fence: "absent" | "unchanged" | "owner"
--- ARGV[2]  unchanged: version                    owner: -
+-- ARGV[2]  unchanged: version                    owner: the seq the owner
+--          has written up to (its plain appends of this round included)
 -- ARGV[3]  unchanged / owner: epoch
 -- ARGV[4]  unchanged: last seq                   owner: commit number n
 -- ARGV[5]  unchanged: owner ("" for none)        owner: instance
@@ -25,35 +26,58 @@
 -- ARGV[22] manifest entries removed  ARGV[23] blobs dropped
 -- ARGV[24] "PUBLISH" | "SPUBLISH" (on a cluster the notice channel is a
 --          shard channel tagged like the keys: it stays on this node)
--- ARGV[25..] messages, then events, then relays to open, then to close,
+-- ARGV[25] the prefix of the instances' own channels ("<prefix>i:"): a
+--          wake-up for an instance goes to "<prefix>i:<instance>" (PUBLISH:
+--          on a cluster it reaches every node)
+-- ARGV[26] the session as "<tenant>/<id>" (what such a wake-up names)
+-- ARGV[27..] messages, then events, then relays to open, then to close,
 --          then blobs (digest, content pairs), entries (path, entry
 --          pairs), removed paths, dropped digests
 --
 -- State hash fields: v (version), doc, st (status), own (owner instance or
--- ""), ep (epoch), cn (commit number within the epoch), seq (last event
--- seq), ck (seq at the last document write), ts (seq before the current
--- turn's first event), lo (the last owner), nm (messages), r:<relay id>
--- ("1" = undecided, else the decision), cancel, and the followers
--- (lua/follow.lua): fw (how many instances follow) and f:<instance>. They
--- are read with the fence, in the same HMGET: a commit costs no read more
--- to learn whether to announce its events.
+-- ""), ep (epoch), cn (commit number within the epoch), seq (the last seq
+-- as of the last commit: the owner's plain appends after it are in the
+-- stream only), ck (seq at the last document write), ts (seq before the
+-- current turn's first event), lo (the last owner), nm (messages), eps
+-- (where each epoch's entries begin, "<epoch>:<first seq>;" per tenure:
+-- lua/read_after.lua), r:<relay id> ("1" = undecided, else the decision),
+-- cancel, and the followers (lua/follow.lua): fw (how many instances
+-- follow) and f:<instance>. They are read with the fence, in the same
+-- HMGET.
 --
--- Event ids are "0-<seq>" with seq taken from the hash, so the log and the
--- state always agree on it, whatever was trimmed.
+-- Event ids are "<epoch>-<seq>": the tenure that wrote the event, then its
+-- gapless seq. Seqs grow across tenures, so the ids' order is the seqs'
+-- order; the epoch in the high part is the fence of the owner's plain
+-- appends (XADD with an explicit id, no script): an acquire moves the
+-- stream's top to "<new epoch>-<seq>" (XSETID, or its first event), after
+-- which Redis refuses every id of an older tenure. Logs of older builds
+-- have "0-<seq>" ids, below every tenure's.
 --
--- Returns {"ok", version, epoch, first seq, last seq}; {"duplicate",
--- version, epoch, last seq} for an owner commit already applied (its answer
--- was lost); or {"exists"} | {"changed"} | {"fenced"} with nothing written.
+-- Returns {"ok", version, epoch, first seq, last seq, followed elsewhere
+-- (0|1)}; {"duplicate", version, epoch, last seq, followed} for an owner
+-- commit already applied (its answer was lost); {"behind", last seq} when
+-- the log ends before the owner's ARGV[2] (an append of its round did not
+-- land: nothing written, send the round again); or {"exists"} |
+-- {"changed"} | {"fenced"} with nothing written.
 
 local h = KEYS[1]
-local cur = redis.call('HMGET', h, 'v', 'ep', 'seq', 'own', 'cn', 'fw', 'f:' .. ARGV[19])
+local cur = redis.call('HMGET', h, 'v', 'ep', 'seq', 'own', 'cn', 'fw', 'f:' .. ARGV[19], 'st', 'eps')
 local exists = cur[1] ~= false
 local v = tonumber(cur[1] or '0')
 local ep = tonumber(cur[2] or '0')
 local seq = tonumber(cur[3] or '0')
 local own = cur[4] or ''
 local cn = tonumber(cur[5] or '0')
+local followed = (tonumber(cur[6] or '0') - (cur[7] and 1 or 0) > 0) and 1 or 0
 
+-- The owner's plain appends since the last commit are in the stream only.
+local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+if #top > 0 then
+  local top_seq = tonumber(string.match(top[1][1], '-(%d+)$'))
+  if top_seq > seq then seq = top_seq end
+end
+
+local nev = tonumber(ARGV[12])
 local fence = ARGV[1]
 if fence == 'absent' then
   if exists then return {'exists'} end
@@ -62,13 +86,20 @@ elseif fence == 'unchanged' then
      or seq ~= tonumber(ARGV[4]) or own ~= ARGV[5] then
     return {'changed'}
   end
+  -- While a session runs, only its owner appends events (with ids it
+  -- numbers itself); anyone else must take it over (a new epoch) first.
+  if ARGV[6] == 'keep' and own ~= '' and nev > 0
+     and (cur[8] == 'running' or cur[8] == 'awaiting_relay') then
+    return {'changed'}
+  end
 elseif fence == 'owner' then
   if not exists or own ~= ARGV[5] or ep ~= tonumber(ARGV[3]) then return {'fenced'} end
   local n = tonumber(ARGV[4])
-  if n <= cn then return {'duplicate', v, ep, seq} end
+  if n <= cn then return {'duplicate', v, ep, seq, followed} end
   -- Commit numbers of a tenure are consecutive: a gap means this writer
   -- lost track of what it wrote, so it must not write on.
   if n ~= cn + 1 then return {'fenced'} end
+  if seq < tonumber(ARGV[2]) then return {'behind', seq} end
   cn = n
 else
   return redis.error_reply('ERR unknown fence ' .. fence)
@@ -84,11 +115,11 @@ elseif change == 'release' then
   own = ''
 end
 
-local nmsg, nev = tonumber(ARGV[11]), tonumber(ARGV[12])
+local nmsg = tonumber(ARGV[11])
 local nopen, nclose = tonumber(ARGV[13]), tonumber(ARGV[14])
 local nblob, nset, nrm, ndrop = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22]), tonumber(ARGV[23])
 local publish = ARGV[24]
-local i = 25
+local i = 27
 
 -- Messages, in chunks (Lua's unpack has a stack limit). RPUSH answers
 -- the list's length: no LLEN for `nm`.
@@ -102,11 +133,23 @@ while i <= last do
   i = upto + 1
 end
 
+-- A new tenure fences the old one's appends: its first event, or else
+-- the stream's last id, is "<new epoch>-<seq>" (a stream that does not
+-- exist yet is made empty with that last id).
+if change == 'acquire' and nev == 0 then
+  local marker = ep .. '-' .. seq
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('XSETID', KEYS[3], marker)
+  else
+    redis.call('XADD', KEYS[3], 'MAXLEN', 0, marker, 'e', '')
+  end
+end
+
 local first = seq + 1
 local flags = ARGV[15]
 for _ = 1, nev do
   seq = seq + 1
-  redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[17], '0-' .. seq, 'e', ARGV[i])
+  redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[17], ep .. '-' .. seq, 'e', ARGV[i])
   i = i + 1
 end
 
@@ -118,6 +161,12 @@ end
 if change == 'acquire' then
   table.insert(fields, 'lo')
   table.insert(fields, own)
+  table.insert(fields, 'eps')
+  -- The oldest entries go past 4 KiB (a reader of a cursor before the
+  -- kept ones starts lower and skips what it need not read).
+  local eps = cur[9] or ''
+  if #eps > 4096 then eps = string.sub(eps, string.find(eps, ';', #eps - 4096, true) + 1) end
+  table.insert(fields, eps .. ep .. ':' .. first .. ';')
 end
 if ARGV[8] ~= '' then
   v = v + 1
@@ -171,13 +220,13 @@ end
 
 -- Followers on the committing instance get the events from memory; those
 -- on other instances (lua/follow.lua registers them) hear of them here.
-if nev > 0 then
-  if tonumber(cur[6] or '0') - (cur[7] and 1 or 0) > 0 then
-    redis.call(publish, ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
-  end
+if nev > 0 and followed == 1 then
+  redis.call(publish, ARGV[18], 'e:' .. seq .. ':' .. ARGV[19])
 end
--- The instance that ran it until now (if alive) learns it lost it.
+-- The instance that ran it until now (if alive) learns it lost it: on the
+-- session's channel (watched by older builds) and on its own.
 if change == 'acquire' and previous ~= '' and previous ~= own then
   redis.call(publish, ARGV[18], 'w')
+  redis.call('PUBLISH', ARGV[25] .. previous, 'w:' .. ARGV[26])
 end
-return {'ok', v, ep, first, seq}
+return {'ok', v, ep, first, seq, followed}

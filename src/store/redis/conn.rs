@@ -84,7 +84,8 @@ impl Conn {
     /// one read, each hint after the commands before it. A cluster: first
     /// the answered commands, each routed to its slot's node and all in
     /// flight at once (the client pipelines those of one node on its
-    /// connection), then the hints the same way, so a hint never goes
+    /// connection; a group's commands go as one pipeline, in order), then
+    /// the hints the same way, so a hint never goes
     /// before the write it follows (a replica that hears of an orphan finds
     /// it released). Hints' failures are logged, not returned as errors:
     /// they are hints, redone from the session's state where one was lost
@@ -101,31 +102,63 @@ impl Conn {
             }
             Conn::Cluster(cluster) => {
                 let connection = cluster.get().await?;
-                let run = |answered: bool| {
-                    join_all(
-                        spread.pipe.cmd_iter().zip(&spread.roles).filter(move |(_, r)| r.answered() == answered).map(
-                            |(cmd, _)| {
-                                let mut connection = connection.clone();
-                                async move { cmd.query_async::<Value>(&mut connection).await }
-                            },
-                        ),
-                    )
-                };
-                let mut answered = run(true).await.into_iter();
-                let mut hints = run(false).await.into_iter();
-                // Back in the batch's order.
-                spread
-                    .roles
-                    .iter()
-                    .map(|role| if role.answered() { answered.next() } else { hints.next() })
-                    .map(|reply| reply.expect("one reply per command"))
-                    .collect()
+                // Answered commands: each alone, or a group (one session's
+                // appends and commit, in one slot) as one pipeline, so its
+                // commands run in their order.
+                let mut units: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+                for (i, role) in spread.roles.iter().enumerate() {
+                    match role {
+                        Role::Answered(Some(group)) => match units.iter_mut().find(|(g, _)| *g == Some(*group)) {
+                            Some((_, members)) => members.push(i),
+                            None => units.push((Some(*group), vec![i])),
+                        },
+                        Role::Answered(None) => units.push((None, vec![i])),
+                        Role::Hint(_) => {}
+                    }
+                }
+                let commands: Vec<&Cmd> = spread.pipe.cmd_iter().collect();
+                let answered = join_all(units.iter().map(|(_, members)| {
+                    let mut connection = connection.clone();
+                    let mut pipe = redis::pipe();
+                    for &i in members {
+                        pipe.add_command(commands[i].clone());
+                    }
+                    pipe.ignore_errors();
+                    async move {
+                        match pipe.query_async::<Vec<RedisResult<Value>>>(&mut connection).await {
+                            Ok(replies) => replies,
+                            Err(e) => pipe.cmd_iter().map(|_| Err(e.clone())).collect(),
+                        }
+                    }
+                }))
+                .await;
+                let mut replies: Vec<Option<RedisResult<Value>>> = spread.roles.iter().map(|_| None).collect();
+                for ((_, members), unit) in units.iter().zip(answered) {
+                    for (&i, reply) in members.iter().zip(unit) {
+                        replies[i] = Some(reply);
+                    }
+                }
+                // Then the hints, so a hint never goes before the write it
+                // follows.
+                let hints = join_all(
+                    spread.pipe.cmd_iter().zip(&spread.roles).enumerate().filter(|(_, (_, r))| !r.answered()).map(
+                        |(i, (cmd, _))| {
+                            let mut connection = connection.clone();
+                            async move { (i, cmd.query_async::<Value>(&mut connection).await) }
+                        },
+                    ),
+                )
+                .await;
+                for (i, reply) in hints {
+                    replies[i] = Some(reply);
+                }
+                replies.into_iter().map(|reply| reply.expect("one reply per command")).collect()
             }
         };
         let mut sent = Sent::default();
         for (reply, role) in all.into_iter().zip(spread.roles) {
             match role {
-                Role::Answered => sent.replies.push(reply),
+                Role::Answered(_) => sent.replies.push(reply),
                 Role::Hint(redo) => {
                     if let Err(error) = reply {
                         tracing::warn!(%error, "an index hint was not written");
@@ -186,7 +219,8 @@ pub(super) struct Spread {
 }
 
 enum Role {
-    Answered,
+    /// Its reply comes back; commands of one group run in their order.
+    Answered(Option<usize>),
     /// A hint, and how to redo it if it is lost (`None`: a removal or a
     /// wake-up, which nothing needs redone).
     Hint(Option<Redo>),
@@ -194,14 +228,21 @@ enum Role {
 
 impl Role {
     fn answered(&self) -> bool {
-        matches!(self, Role::Answered)
+        matches!(self, Role::Answered(_))
     }
 }
 
 impl Spread {
     /// Where the next command goes; its reply comes back from [`Conn::send`].
     pub(super) fn answered(&mut self) -> &mut Pipeline {
-        self.roles.push(Role::Answered);
+        self.roles.push(Role::Answered(None));
+        &mut self.pipe
+    }
+
+    /// Like [`Spread::answered`], in `group`: the commands of one group
+    /// (of one slot) run in the order they were added, on a cluster too.
+    pub(super) fn answered_in(&mut self, group: usize) -> &mut Pipeline {
+        self.roles.push(Role::Answered(Some(group)));
         &mut self.pipe
     }
 

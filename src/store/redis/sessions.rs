@@ -1,7 +1,17 @@
-//! Sessions in Redis: one `HGETALL` (plus `LRANGE` for the conversation) to
-//! read, one `lua/commit.lua` per commit to write, all of a batch's commits
+//! Sessions in Redis: one `HGETALL` and the stream's newest entry (plus
+//! `LRANGE` for the conversation) to read, one `lua/commit.lua` per commit
+//! to write; the writer's round ([`SessionStore::write`]): every session's
+//! streamed events as plain `XADD`s with explicit ids, then its commit, all
 //! in one pipeline; relay decisions and cancel requests (`lua/decide.lua`,
 //! `lua/cancel.lua`).
+//!
+//! An owner's plain appends are fenced by their ids, `<epoch>-<seq>`: a
+//! takeover's commit moves the stream's top to its own epoch, and Redis
+//! refuses an id not above the top. A refused append is one of two things,
+//! told apart by the state hash: the same tenure's entry, already there
+//! from an attempt whose answer was lost (the hash still names this owner
+//! and epoch), or a later tenure's fence. `NOMKSTREAM` keeps a late append
+//! from making a deleted session's stream again.
 
 use std::collections::HashMap;
 
@@ -15,8 +25,8 @@ use super::{
     repair::Redo,
 };
 use crate::store::{
-    CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange, Record,
-    SessionKey, SessionStore, StoreError, is_active,
+    Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange,
+    Record, SessionKey, SessionStore, SessionWrite, StoreError, Wrote, is_active,
 };
 
 impl RedisStore {
@@ -27,7 +37,7 @@ impl RedisStore {
             Fence::Unchanged { version, owner, epoch, last_seq } => {
                 ("unchanged", *version, *epoch, *last_seq, owner.as_deref().unwrap_or(""))
             }
-            Fence::Owner { instance, epoch, n } => ("owner", 0, *epoch, *n, instance.as_str()),
+            Fence::Owner { instance, epoch, n, after } => ("owner", *after, *epoch, *n, instance.as_str()),
         };
         let (change, new_owner) = match &commit.owner {
             OwnerChange::Keep => ("keep", ""),
@@ -69,7 +79,7 @@ impl RedisStore {
         let empty = crate::store::WorkspaceWrite::default();
         let files = commit.workspace.as_ref().unwrap_or(&empty);
         script.arg(files.blobs.len()).arg(files.set.len()).arg(files.remove.len()).arg(files.drop_blobs.len());
-        script.arg(self.publish);
+        script.arg(self.publish).arg(self.keys.instance_channel_prefix()).arg(commit.key.to_member());
         for text in messages.iter().chain(&commit.events).chain(&commit.open_relays).chain(&commit.close_relays) {
             script.arg(text);
         }
@@ -85,72 +95,160 @@ impl RedisStore {
         script
     }
 
-    /// One batch ([`Spread`]): each commit's script, and after it the
-    /// ownership index commands it implies (hints for the takeover sweep,
-    /// sent even if the script refuses: the sweep re-checks what it finds).
-    /// On a cluster they live in other slots than the session's: a second
-    /// write that may fail alone. An entry lost that way is written again
-    /// from the session's state ([`repair`](super::repair)); the state hash,
-    /// not the index, says who owns it.
-    /// Returns the scripts' replies; with `store.wait_replicas`, only once
-    /// that many replicas hold the round's writes.
-    async fn commit_round(
-        &self,
-        conn: &mut Conn,
-        commits: &[&Commit],
-    ) -> Result<Vec<redis::RedisResult<Value>>, RedisError> {
-        let invocations: Vec<_> = commits.iter().map(|c| self.commit_invocation(c)).collect();
+    /// One batch ([`Spread`]): each part's appends (and their
+    /// announcement), then its commit's script, in order (one group: on a
+    /// cluster they go to the session's node as one pipeline), and after
+    /// them the ownership index commands the commit implies (hints for the
+    /// takeover sweep, sent even if the script refuses: the sweep re-checks
+    /// what it finds). On a cluster they live in other slots than the
+    /// session's: a second write that may fail alone. An entry lost that
+    /// way is written again from the session's state
+    /// ([`repair`](super::repair)); the state hash, not the index, says who
+    /// owns it.
+    /// Returns each part's replies, in its order; with
+    /// `store.wait_replicas`, only once that many replicas hold the round's
+    /// writes.
+    async fn commit_round(&self, conn: &mut Conn, parts: &[Part<'_>]) -> Result<Vec<Replies>, RedisError> {
         let mut spread = Spread::default();
-        for (commit, invocation) in commits.iter().zip(&invocations) {
-            spread.answered().invoke_script(invocation);
-            let member = commit.key.to_member();
-            // A create's list entries: hints in the tenant's slot, checked
-            // (and pruned if the create was refused) by whoever lists.
-            if let Some(listing) = &commit.listing {
-                let position =
-                    crate::store::ListPosition { created_ms: listing.created_ms, id: commit.key.id.to_string() };
-                for scope in listing.scopes(&commit.key.tenant) {
-                    let (list, position) = (self.list_key(&scope), position.to_member());
-                    let redo = Redo::Listed { key: commit.key.clone(), list: list.clone(), position: position.clone() };
-                    spread.hint_or_redo(redo).cmd("ZADD").arg(list).arg(0).arg(position);
+        for (group, part) in parts.iter().enumerate() {
+            if let Some(append) = part.append {
+                let stream = self.keys.events(part.key);
+                for (i, event) in append.events.iter().enumerate() {
+                    let id = format!("{}-{}", append.epoch, append.first_seq + i as u64);
+                    spread
+                        .answered_in(group)
+                        .cmd("XADD")
+                        .arg(&stream)
+                        .arg("NOMKSTREAM")
+                        .arg("MAXLEN")
+                        .arg(self.max_len)
+                        .arg(id)
+                        .arg("e")
+                        .arg(event);
+                }
+                // A commit after them announces them with its own events.
+                if append.announce && part.commit.is_none() {
+                    let notice = format!("e:{}:{}", append.last_seq(), append.instance);
+                    spread.answered_in(group).cmd(self.publish).arg(self.keys.channel(part.key)).arg(notice);
                 }
             }
-            match &commit.owner {
-                OwnerChange::Keep => {}
-                OwnerChange::Acquire(instance) => {
+            let Some(commit) = part.commit else { continue };
+            spread.answered_in(group).invoke_script(&self.commit_invocation(commit));
+            self.hints(&mut spread, commit);
+        }
+        let replies = self.send(conn, spread).await?;
+        let mut replies = replies.into_iter();
+        let mut out = Vec::with_capacity(parts.len());
+        for part in parts {
+            let appended = part.append.map_or(0, |a| a.events.len());
+            let announced = usize::from(part.append.is_some_and(|a| a.announce) && part.commit.is_none());
+            let appends: Vec<_> = replies.by_ref().take(appended).collect();
+            let _announcement = replies.by_ref().take(announced).count();
+            let commit = part.commit.map(|_| replies.next().expect("a reply per command"));
+            out.push(Replies { appends, commit });
+        }
+        let wrote =
+            out.iter().any(|r| r.appends.iter().any(Result::is_ok) || r.commit.as_ref().is_some_and(Result::is_ok));
+        if wrote {
+            let written: Vec<String> = parts.iter().map(|p| self.keys.state(p.key)).collect();
+            self.replicated(conn, &written, "commit").await?;
+        }
+        Ok(out)
+    }
+
+    /// The ownership index commands `commit` implies, as hints.
+    fn hints(&self, spread: &mut Spread, commit: &Commit) {
+        let member = commit.key.to_member();
+        // A create's list entries: hints in the tenant's slot, checked
+        // (and pruned if the create was refused) by whoever lists.
+        if let Some(listing) = &commit.listing {
+            let position = crate::store::ListPosition { created_ms: listing.created_ms, id: commit.key.id.to_string() };
+            for scope in listing.scopes(&commit.key.tenant) {
+                let (list, position) = (self.list_key(&scope), position.to_member());
+                let redo = Redo::Listed { key: commit.key.clone(), list: list.clone(), position: position.clone() };
+                spread.hint_or_redo(redo).cmd("ZADD").arg(list).arg(0).arg(position);
+            }
+        }
+        match &commit.owner {
+            OwnerChange::Keep => {}
+            OwnerChange::Acquire(instance) => {
+                spread
+                    .hint_or_redo(Redo::Ownership(commit.key.clone()))
+                    .cmd("SADD")
+                    .arg(self.keys.owned_of(instance, &commit.key))
+                    .arg(&member);
+                // A session being created was never an orphan.
+                if commit.fence != Fence::Absent {
+                    spread.hint().cmd("SREM").arg(self.keys.orphans_of(&commit.key)).arg(&member);
+                }
+            }
+            OwnerChange::Release => {
+                if let Fence::Owner { instance, .. } = &commit.fence {
+                    spread.hint().cmd("SREM").arg(self.keys.owned_of(instance, &commit.key)).arg(&member);
+                }
+                let active = commit.state.as_ref().is_none_or(|s| is_active(s.status));
+                if active {
                     spread
                         .hint_or_redo(Redo::Ownership(commit.key.clone()))
                         .cmd("SADD")
-                        .arg(self.keys.owned_of(instance, &commit.key))
+                        .arg(self.keys.orphans_of(&commit.key))
                         .arg(&member);
-                    // A session being created was never an orphan.
-                    if commit.fence != Fence::Absent {
-                        spread.hint().cmd("SREM").arg(self.keys.orphans_of(&commit.key)).arg(&member);
+                    spread.hint().cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o");
+                }
+            }
+        }
+    }
+
+    /// Sends `parts` as one round ([`RedisStore::commit_round`]); after a
+    /// Redis restart (or SCRIPT FLUSH) the commit script is unknown: it is
+    /// loaded and the parts it refused sent again (their scripts wrote
+    /// nothing; their appends answer as already there).
+    async fn round(&self, parts: &[Part<'_>]) -> Vec<Result<Replies, StoreError>> {
+        let mut conn = self.connection();
+        let mut replies = match self.commit_round(&mut conn, parts).await {
+            Ok(replies) => replies.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(error) => {
+                let error = map_err(error);
+                return parts.iter().map(|_| Err(error.clone())).collect();
+            }
+        };
+        let no_script = |r: &Result<Replies, StoreError>| matches!(r, Ok(Replies { commit: Some(Err(e)), .. }) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript));
+        let unknown: Vec<usize> = (0..replies.len()).filter(|&i| no_script(&replies[i])).collect();
+        if !unknown.is_empty() {
+            let again: Vec<Part<'_>> = unknown.iter().map(|&i| parts[i]).collect();
+            let rerun = match self.scripts.commit.prepare_invoke().load_async(&mut conn).await {
+                Ok(_) => self.commit_round(&mut conn, &again).await,
+                Err(error) => Err(error),
+            };
+            match rerun {
+                Ok(rerun) => {
+                    for (i, reply) in unknown.into_iter().zip(rerun) {
+                        replies[i] = Ok(reply);
                     }
                 }
-                OwnerChange::Release => {
-                    if let Fence::Owner { instance, .. } = &commit.fence {
-                        spread.hint().cmd("SREM").arg(self.keys.owned_of(instance, &commit.key)).arg(&member);
-                    }
-                    let active = commit.state.as_ref().is_none_or(|s| is_active(s.status));
-                    if active {
-                        spread
-                            .hint_or_redo(Redo::Ownership(commit.key.clone()))
-                            .cmd("SADD")
-                            .arg(self.keys.orphans_of(&commit.key))
-                            .arg(&member);
-                        spread.hint().cmd("PUBLISH").arg(self.keys.orphans_channel()).arg("o");
+                Err(error) => {
+                    for i in unknown {
+                        replies[i] = Err(map_err(error.clone()));
                     }
                 }
             }
         }
-        let replies = self.send(conn, spread).await?;
-        debug_assert_eq!(replies.len(), commits.len());
-        if replies.iter().any(Result::is_ok) {
-            let written: Vec<String> = commits.iter().map(|c| self.keys.state(&c.key)).collect();
-            self.replicated(conn, &written, "commit").await?;
-        }
-        Ok(replies)
+        replies
+    }
+
+    /// Whether the appends of `append` that Redis refused as not above the
+    /// stream's top are this tenure's own (an earlier attempt's, whose
+    /// answer was lost): the state hash still names this owner and epoch.
+    /// Otherwise a later tenure fenced them (or the session is gone).
+    async fn still_owner(&self, key: &SessionKey, append: &Append) -> Result<bool, StoreError> {
+        let (owner, epoch): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(self.keys.state(key))
+            .arg("own")
+            .arg("ep")
+            .query_async(&mut self.connection())
+            .await
+            .map_err(map_err)?;
+        Ok(owner.as_deref() == Some(append.instance.as_str()) && epoch == Some(append.epoch))
     }
 
     /// With `store.wait_replicas`: returns once that many replicas hold
@@ -179,68 +277,92 @@ impl RedisStore {
 #[async_trait]
 impl SessionStore for RedisStore {
     async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError> {
-        let mut conn = self.connection();
+        // One transaction (the keys share a hash tag): the log's end and the
+        // conversation are the ones the state describes, never ones a
+        // commit between the reads changed. The owner's plain appends since
+        // its last commit are in the stream only: its newest entry says
+        // where the log ends.
         let mut pipe = redis::pipe();
+        pipe.atomic();
         pipe.cmd("HGETALL").arg(self.keys.state(key));
+        pipe.cmd("XREVRANGE").arg(self.keys.events(key)).arg("+").arg("-").arg("COUNT").arg(1);
         if history {
-            // One transaction (both keys share a hash tag): the conversation
-            // is the one the state's counters describe, never one a commit
-            // between the two reads changed.
-            pipe.atomic();
             pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
         }
-        let (fields, messages): (HashMap<String, String>, Option<Vec<String>>) = if history {
-            let (fields, messages): (HashMap<String, String>, Vec<String>) =
-                pipe.query_async(&mut conn).await.map_err(map_err)?;
-            (fields, Some(messages))
+        type Newest = Vec<(String, Vec<String>)>;
+        let mut conn = self.connection();
+        let (fields, newest, messages): (HashMap<String, String>, Newest, Option<Vec<String>>) = if history {
+            let (fields, newest, messages): (_, _, Vec<String>) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, newest, Some(messages))
         } else {
-            let (fields,): (HashMap<String, String>,) = pipe.query_async(&mut conn).await.map_err(map_err)?;
-            (fields, None)
+            let (fields, newest) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, newest, None)
         };
         if fields.is_empty() {
             return Ok(None);
         }
-        record(fields, messages).map(Some)
+        let mut record = record(fields, messages)?;
+        if let Some((id, _)) = newest.first() {
+            record.last_seq = record.last_seq.max(super::log::parse_seq(id)?);
+        }
+        Ok(Some(record))
     }
 
     async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
         if commits.is_empty() {
             return Vec::new();
         }
-        let mut conn = self.connection();
-        let all: Vec<&Commit> = commits.iter().collect();
-        let mut replies = match self.commit_round(&mut conn, &all).await {
-            Ok(replies) => replies,
-            Err(error) => {
-                let error = map_err(error);
-                return commits.iter().map(|_| Err(CommitError::Store(error.clone()))).collect();
-            }
-        };
-        // After a Redis restart (or SCRIPT FLUSH) the script is unknown: load
-        // it and rerun only the commits refused for that, which wrote nothing.
-        let unknown: Vec<usize> = (0..replies.len())
-            .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
-            .collect();
-        if !unknown.is_empty() {
-            let again: Vec<&Commit> = unknown.iter().map(|&i| &commits[i]).collect();
-            let rerun = match self.scripts.commit.prepare_invoke().load_async(&mut conn).await {
-                Ok(_) => self.commit_round(&mut conn, &again).await,
-                Err(error) => Err(error),
-            };
-            match rerun {
-                Ok(rerun) => {
-                    for (i, reply) in unknown.into_iter().zip(rerun) {
-                        replies[i] = reply;
-                    }
-                }
-                Err(error) => {
-                    for i in unknown {
-                        replies[i] = Err(error.clone());
-                    }
-                }
-            }
+        let parts: Vec<Part<'_>> =
+            commits.iter().map(|c| Part { key: &c.key, append: None, commit: Some(c) }).collect();
+        let replies = self.round(&parts).await;
+        replies
+            .into_iter()
+            .zip(commits)
+            .map(|(replies, commit)| {
+                let reply = replies.map_err(CommitError::Store)?.commit.expect("a commit's reply");
+                outcome(reply, commit)
+            })
+            .collect()
+    }
+
+    async fn write(&self, writes: &[SessionWrite]) -> Vec<Result<Wrote, CommitError>> {
+        if writes.is_empty() {
+            return Vec::new();
         }
-        replies.into_iter().zip(commits).map(|(reply, commit)| outcome(reply, commit)).collect()
+        let parts: Vec<Part<'_>> =
+            writes.iter().map(|w| Part { key: &w.key, append: w.append.as_ref(), commit: w.commit.as_ref() }).collect();
+        let replies = self.round(&parts).await;
+        let mut results = Vec::with_capacity(writes.len());
+        for (write, replies) in writes.iter().zip(replies) {
+            let result = match replies {
+                Err(error) => Err(CommitError::Store(error)),
+                Ok(replies) => match appended(&replies.appends) {
+                    Appended::Yes => match (replies.commit, &write.commit) {
+                        (Some(reply), Some(commit)) => outcome(reply, commit).map(|c| Wrote { committed: Some(c) }),
+                        _ => Ok(Wrote::default()),
+                    },
+                    // The commit after them checked the same fence.
+                    Appended::Refused => match (replies.commit, &write.commit) {
+                        (Some(reply), Some(commit)) => outcome(reply, commit).map(|c| Wrote { committed: Some(c) }),
+                        _ => {
+                            let append = write.append.as_ref().expect("refused appends exist");
+                            match self.still_owner(&write.key, append).await {
+                                Ok(true) => Ok(Wrote::default()),
+                                Ok(false) => Err(CommitError::Conflict(Conflict::Fenced)),
+                                Err(error) => Err(CommitError::Store(error)),
+                            }
+                        }
+                    },
+                    Appended::Gone => Err(CommitError::Conflict(Conflict::Fenced)),
+                    Appended::Failed(error) => Err(CommitError::Store(error)),
+                    Appended::Gap => Err(CommitError::Store(StoreError::Corrupt(
+                        "an append was refused between two that landed: the log has a gap".into(),
+                    ))),
+                },
+            };
+            results.push(result);
+        }
+        results
     }
 
     async fn decide(&self, key: &SessionKey, relay_id: &str, decision: &str) -> Result<Decided, StoreError> {
@@ -253,6 +375,8 @@ impl SessionStore for RedisStore {
             .arg(decision)
             .arg(self.keys.channel(key))
             .arg(self.publish)
+            .arg(self.keys.instance_channel_prefix())
+            .arg(key.to_member())
             .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
@@ -275,6 +399,8 @@ impl SessionStore for RedisStore {
             .key(self.keys.state(key))
             .arg(self.keys.channel(key))
             .arg(self.publish)
+            .arg(self.keys.instance_channel_prefix())
+            .arg(key.to_member())
             .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
@@ -287,6 +413,56 @@ impl SessionStore for RedisStore {
             status => CancelRequest::NotRunning(status.to_string()),
         })
     }
+}
+
+/// One session's part of a round: its appends, then its commit.
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    key: &'a SessionKey,
+    append: Option<&'a Append>,
+    commit: Option<&'a Commit>,
+}
+
+/// A part's replies: one per append, and the commit script's.
+struct Replies {
+    appends: Vec<redis::RedisResult<Value>>,
+    commit: Option<redis::RedisResult<Value>>,
+}
+
+/// What became of a part's appends.
+#[derive(Debug)]
+enum Appended {
+    /// All landed (or there were none).
+    Yes,
+    /// Some were refused as not above the stream's top, the others landed:
+    /// this tenure's own entries, or a later tenure's fence.
+    Refused,
+    /// The stream does not exist (`NOMKSTREAM`): the session is gone.
+    Gone,
+    /// One failed otherwise (the round is sent again).
+    Failed(StoreError),
+    /// One failed and a later one landed.
+    Gap,
+}
+
+/// Redis's answer to an `XADD` whose id is not above the stream's top.
+const NOT_ABOVE_TOP: &str = "equal or smaller than the target stream top item";
+
+fn appended(replies: &[redis::RedisResult<Value>]) -> Appended {
+    let mut outcome = Appended::Yes;
+    for reply in replies {
+        match (reply, &outcome) {
+            (Ok(Value::Nil), _) => return Appended::Gone,
+            (Ok(_), Appended::Failed(_)) => return Appended::Gap,
+            (Ok(_), _) => {}
+            (Err(e), Appended::Yes | Appended::Refused) if e.to_string().contains(NOT_ABOVE_TOP) => {
+                outcome = Appended::Refused;
+            }
+            (Err(e), Appended::Yes | Appended::Refused) => outcome = Appended::Failed(map_err(e.clone())),
+            (Err(_), _) => {}
+        }
+    }
+    outcome
 }
 
 /// The commit script's reply as an outcome.
@@ -303,15 +479,33 @@ fn outcome(reply: redis::RedisResult<Value>, commit: &Commit) -> Result<Committe
         Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| corrupt("a negative number")),
         _ => Err(corrupt("a missing number")),
     };
+    let followed = |i: usize| Ok::<bool, CommitError>(number(i)? == 1);
     match word.as_str() {
-        "ok" => Ok(Committed { version: number(1)?, epoch: number(2)?, first_seq: number(3)?, last_seq: number(4)? }),
+        "ok" => Ok(Committed {
+            version: number(1)?,
+            epoch: number(2)?,
+            first_seq: number(3)?,
+            last_seq: number(4)?,
+            followed_elsewhere: followed(5)?,
+        }),
         // Already applied by an earlier attempt whose answer was lost; no
         // later commit of the tenure exists yet, so its events end the log.
         "duplicate" => {
             let last_seq = number(3)?;
             let first_seq = (last_seq + 1).saturating_sub(commit.events.len() as u64);
-            Ok(Committed { version: number(1)?, epoch: number(2)?, first_seq, last_seq })
+            Ok(Committed {
+                version: number(1)?,
+                epoch: number(2)?,
+                first_seq,
+                last_seq,
+                followed_elsewhere: followed(4)?,
+            })
         }
+        // An append of the same round did not land: nothing was written.
+        "behind" => Err(CommitError::Store(StoreError::Unavailable(format!(
+            "the log ends at {} before the commit's appends",
+            number(1)?
+        )))),
         "exists" => Err(CommitError::Conflict(Conflict::Exists)),
         "changed" => Err(CommitError::Conflict(Conflict::Changed)),
         "fenced" => Err(CommitError::Conflict(Conflict::Fenced)),

@@ -198,7 +198,7 @@ async fn an_index_entry_lost_to_a_node_is_written_again_from_the_sessions_state(
     // then adopted by b#1. What is written once the node answers is what
     // the state says now (owned by b#1), not the lost commands replayed.
     user.deny_index_writes_but_on(&home).await;
-    let mut tenure = Tenure { key: k.clone(), instance: "a#1".into(), epoch: 1, n: 0 };
+    let mut tenure = Tenure { key: k.clone(), instance: "a#1".into(), epoch: 1, n: 0, seq: 0 };
     let mut release = tenure.next();
     release.owner = OwnerChange::Release;
     commit_one(&h.store, release).await.unwrap();

@@ -64,7 +64,7 @@ async fn a_commit_writes_state_messages_and_events_together(backend: Backend) {
     commit.messages = MessagesWrite::Append(vec!["m1".into(), "m2".into()]);
     commit.events = numbered(1, 3);
     let committed = commit_one(&h.store, commit).await.unwrap();
-    assert_eq!(committed, Committed { version: 2, epoch: 1, first_seq: 1, last_seq: 3 });
+    assert_eq!(committed, Committed { version: 2, epoch: 1, first_seq: 1, last_seq: 3, followed_elsewhere: false });
     let mut commit = tenure.next();
     commit.messages = MessagesWrite::Append(vec!["m3".into()]);
     commit.state = state("doc3", "running");
@@ -173,7 +173,7 @@ async fn a_former_owners_commit_is_fenced_and_writes_nothing(backend: Backend) {
     let r = load(&h.store, &k).await;
     assert_eq!((r.doc.as_str(), r.last_seq, r.owner.as_deref()), ("taken", 2, Some("b#1")));
     // The new owner's tenure numbers its commits from 1.
-    let mut b = Tenure { key: k.clone(), instance: "b#1".into(), epoch: 2, n: 0 };
+    let mut b = Tenure { key: k.clone(), instance: "b#1".into(), epoch: 2, n: 0, seq: 0 };
     b.append(&h.store, 3, 3).await;
 }
 
@@ -221,7 +221,7 @@ async fn a_released_active_session_is_an_orphan_until_acquired(backend: Backend)
     assert_eq!(h.store.replicas.orphans(10).await, Ok(vec![]));
     assert_eq!(h.store.replicas.owned("b#1", 10).await, Ok(vec![k.clone()]));
     // Ending a turn releases it without making it an orphan.
-    let mut b = Tenure { key: k.clone(), instance: "b#1".into(), epoch: 2, n: 0 };
+    let mut b = Tenure { key: k.clone(), instance: "b#1".into(), epoch: 2, n: 0, seq: 0 };
     let mut end = b.next();
     end.owner = OwnerChange::Release;
     end.state = state("done", "completed");
@@ -295,7 +295,7 @@ async fn one_call_commits_for_three_sessions_independently(backend: Backend) {
     commits[0].events = vec!["s1-1".into()];
     commits[1].events = vec!["s2-3".into(), "s2-4".into()];
     // The third is not a's to write any more.
-    commits[2].fence = Fence::Owner { instance: "z#9".into(), epoch: 1, n: 1 };
+    commits[2].fence = Fence::Owner { instance: "z#9".into(), epoch: 1, n: 1, after: 0 };
     commits[2].events = vec!["s3-1".into()];
     let results = h.store.sessions.commit(&commits).await;
     assert!(matches!(results[0], Ok(Committed { first_seq: 1, last_seq: 1, .. })), "{results:?}");
@@ -315,7 +315,8 @@ async fn another_tenant_sees_nothing(backend: Backend) {
     assert_eq!(h.store.sessions.load(&theirs, true).await, Ok(None));
     let range = h.store.log.read_after(&theirs, 0, 10).await.unwrap();
     assert_eq!((range.events.len(), range.first_seq, range.last_seq), (0, 0, 0));
-    let mut foreign = Commit::new(theirs.clone(), Fence::Owner { instance: "a#1".into(), epoch: 1, n: 2 }, "a#1");
+    let mut foreign =
+        Commit::new(theirs.clone(), Fence::Owner { instance: "a#1".into(), epoch: 1, n: 2, after: 0 }, "a#1");
     foreign.events = vec!["x".into()];
     assert_eq!(commit_one(&h.store, foreign).await, Err(CommitError::Conflict(Conflict::Fenced)));
     // The relay index is the tenant's own.

@@ -52,7 +52,8 @@ async fn the_subscription_reconnects_resubscribes_and_announces_it() {
     assert_eq!(first.expect("a notice within 10 s"), Some(Notice::Resubscribed));
     // The connection may still be the cut one: retry until it heals (the
     // same commit number each time: one that went through is answered again).
-    let mut commit = Commit::new(k.clone(), Fence::Owner { instance: tenure.instance.clone(), epoch: 1, n: 1 }, "a");
+    let mut commit =
+        Commit::new(k.clone(), Fence::Owner { instance: tenure.instance.clone(), epoch: 1, n: 1, after: 0 }, "a");
     commit.events = vec!["x".into()];
     eventually("a commit goes through again", || async { commit_one(&h.store, commit.clone()).await.is_ok() }).await;
     assert!(matches!(
@@ -169,7 +170,7 @@ async fn commits_load_the_script_again_after_a_script_flush() {
     redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(&mut conn).await.unwrap();
     let mut commits: Vec<Commit> = tenures.iter_mut().map(Tenure::next).collect();
     commits[0].events = vec!["x".into()];
-    commits[1].fence = Fence::Owner { instance: "b".into(), epoch: 1, n: 2 };
+    commits[1].fence = Fence::Owner { instance: "b".into(), epoch: 1, n: 2, after: 0 };
     let results = h.store.sessions.commit(&commits).await;
     assert!(matches!(results[0], Ok(Committed { first_seq: 2, last_seq: 2, .. })), "{results:?}");
     assert_eq!(results[1], Err(CommitError::Conflict(Conflict::Fenced)));
@@ -196,8 +197,10 @@ async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
     let fresh = |ttl: i64| ttl > 50_000 && ttl <= 60_000;
     let [state_ttl, msgs, events, ws, blobs] = ttls(&prefix, &k).await[..] else { unreachable!() };
     assert!(fresh(state_ttl), "{state_ttl}");
-    // No conversation, event or workspace yet: those keys do not exist.
-    assert_eq!((msgs, events, ws, blobs), (-2, -2, -2, -2));
+    // No conversation or workspace yet: those keys do not exist. The log
+    // does, empty, its top at the owner's epoch: the fence of its appends.
+    assert!(fresh(events), "{events}");
+    assert_eq!((msgs, ws, blobs), (-2, -2, -2));
 
     let mut with_file = tenure.next();
     with_file.state = state("two", "running");
@@ -308,7 +311,7 @@ async fn writes_wait_for_replicas_that_are_not_there(target: RedisTarget) {
     assert!(matches!(&refused, Err(CommitError::Store(StoreError::Unavailable(e))) if e.contains("not acknowledged")));
     assert_eq!(load(&h.store, &k).await.version, 1, "applied on the primary");
     // An owner's commit, retried as the writer does: applied once.
-    let mut tenure = Tenure { key: k.clone(), instance: "a#1".into(), epoch: 1, n: 0 };
+    let mut tenure = Tenure { key: k.clone(), instance: "a#1".into(), epoch: 1, n: 0, seq: 0 };
     let mut append = tenure.next();
     append.events = numbered(1, 2);
     for _ in 0..2 {

@@ -53,6 +53,7 @@ pub fn open_store(redis: &str, prefix: &str) -> Result<(Store, mpsc::Receiver<No
         wait_replicas: 0,
         wait_replicas_timeout: std::time::Duration::from_millis(500),
         commit_linger: std::time::Duration::ZERO,
+        append_tick: std::time::Duration::from_millis(1),
         key_prefix: prefix.to_string(),
         session_ttl: Duration::from_secs(600),
         event_log_max_len: 100_000,
@@ -196,7 +197,8 @@ fn session(key: &SessionKey) -> Result<Session> {
 
 /// The owner's commit number `n` of `session` as it stands, with `events`.
 fn transition(key: &SessionKey, n: u64, session: &Session, events: Vec<EventKind>) -> Result<Commit> {
-    let mut commit = Commit::new(key.clone(), Fence::Owner { instance: INSTANCE.into(), epoch: 1, n }, INSTANCE);
+    let mut commit =
+        Commit::new(key.clone(), Fence::Owner { instance: INSTANCE.into(), epoch: 1, n, after: 0 }, INSTANCE);
     commit.state = Some(StateWrite { doc: serde_json::to_string(session)?, status: session.status().as_str() });
     commit.messages = match session.conversation_change() {
         ConversationChange::Append(m) => MessagesWrite::Append(encoded(m)?),
