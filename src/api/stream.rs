@@ -24,7 +24,7 @@
 //! the title arrives once, after `done`, on whichever replica. The wait ends
 //! at a new turn (whose end brings the title) and after [`TITLE_WAIT`].
 
-use std::{collections::VecDeque, convert::Infallible};
+use std::{collections::VecDeque, convert::Infallible, pin::Pin};
 
 use axum::{
     body::Body,
@@ -36,7 +36,7 @@ use axum::{
 };
 use bytes::Bytes;
 use futures::{Stream, StreamExt, stream::BoxStream};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::{
     app::AppState,
@@ -95,8 +95,8 @@ pub fn encode(
         sessions: state.sessions.clone(),
         principal,
         session_id,
-        draining: state.sessions.draining().clone(),
-        shutdown: state.shutdown.clone(),
+        draining: Box::pin(state.sessions.draining().clone().cancelled_owned()),
+        shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
         pending: VecDeque::new(),
         ended: false,
         title: TitleWatch::default(),
@@ -120,8 +120,11 @@ struct Encoding {
     sessions: Sessions,
     principal: Principal,
     session_id: String,
-    draining: CancellationToken,
-    shutdown: CancellationToken,
+    /// The replica drains, it shuts down: waited for once per stream (a
+    /// wait made anew per frame would register with the token, shared by
+    /// every stream, each time).
+    draining: Pin<Box<WaitForCancellationFutureOwned>>,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     /// Frames encoded and not yet sent.
     pending: VecDeque<Frame>,
     ended: bool,
@@ -181,12 +184,12 @@ impl Encoding {
             let deadline = self.title.deadline;
             let item = tokio::select! {
                 item = self.follower.next() => item,
-                () = self.draining.cancelled() => {
+                () = &mut self.draining => {
                     self.ended = true;
                     self.pending.extend(self.encoder.reconnect());
                     continue;
                 }
-                () = self.shutdown.cancelled() => return None,
+                () = &mut self.shutdown => return None,
                 () = sleep_until(deadline) => {
                     self.ended = true;
                     continue;

@@ -226,7 +226,9 @@ impl EventHub {
         // Made before any wait, so a follow abandoned meanwhile releases
         // the feed (the follower's drop does).
         let mut follower = Follower::new(self.clone(), key.clone(), feed.clone(), context_from, after, idle);
-        if context_from == after && follower.join_local() {
+        // (A session at rest here, making its title, replays: its follow
+        // may end at once.)
+        if context_from == after && !idle && follower.join_local() {
             return follower;
         }
         self.subscribe(&key, &feed).await;

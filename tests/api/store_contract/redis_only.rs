@@ -344,3 +344,53 @@ async fn with_wait_replicas_one_redis_acknowledges_no_write_no_replica_holds() {
 async fn with_wait_replicas_a_cluster_acknowledges_no_write_no_replica_holds() {
     writes_wait_for_replicas_that_are_not_there(RedisTarget::Cluster(redis_cluster_seeds())).await;
 }
+
+/// A log an older build wrote (ids `0-<seq>`, its end in the state's `seq`)
+/// is read and taken over by this one: its tenure's ids are above every
+/// old one, and reads from any cursor cross from the old ids to the new.
+#[tokio::test]
+async fn a_log_of_an_older_build_is_read_and_continued() {
+    let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
+    let k = key("acme", "old");
+    let tag = format!("{prefix}{{t:{}:s:{}}}", k.tenant, k.id);
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut old = redis::pipe();
+    old.cmd("HSET")
+        .arg(format!("{tag}:state"))
+        .arg(&["v", "1", "doc", "{}", "st", "running", "own", "old#1", "ep", "1", "cn", "1", "seq", "3", "ck", "3"])
+        .ignore();
+    for (seq, payload) in numbered(1, 3).iter().enumerate() {
+        old.cmd("XADD").arg(format!("{tag}:events")).arg(format!("0-{}", seq + 1)).arg("e").arg(payload).ignore();
+    }
+    let _: () = old.query_async(&mut conn).await.unwrap();
+    assert_eq!(load(&store, &k).await.last_seq, 3);
+    assert_eq!(seqs_after(&store, &k, 1, 10).await, vec![2, 3]);
+
+    // Taken over by this build (the old replica died).
+    let mut takeover = Commit::new(k.clone(), unchanged(&store, &k).await, "new#1");
+    takeover.owner = OwnerChange::Acquire("new#1".into());
+    takeover.events = numbered(4, 4);
+    let committed = commit_one(&store, takeover).await.unwrap();
+    assert_eq!((committed.epoch, committed.first_seq), (2, 4));
+    let mut tenure = Tenure { key: k.clone(), instance: "new#1".into(), epoch: 2, n: 0, seq: 4 };
+    let append = switchboard::store::Append {
+        instance: tenure.instance.clone(),
+        epoch: 2,
+        first_seq: 5,
+        events: numbered(5, 6),
+        announce: false,
+    };
+    let write = switchboard::store::SessionWrite { key: k.clone(), append: Some(append), commit: None };
+    store.sessions.write(&[write]).await.remove(0).unwrap();
+    tenure.seq = 6;
+    tenure.append(&store, 7, 7).await;
+    for after in 0..=7 {
+        assert_eq!(seqs_after(&store, &k, after, 10).await, (after + 1..=7).collect::<Vec<_>>(), "after {after}");
+    }
+    // The old replica, not knowing, appends as its build did: refused.
+    let late: redis::RedisResult<String> =
+        redis::cmd("XADD").arg(format!("{tag}:events")).arg("0-8").arg("e").arg("late").query_async(&mut conn).await;
+    assert!(late.is_err());
+    assert_eq!(load(&store, &k).await.last_seq, 7);
+}
