@@ -24,18 +24,16 @@
 //! the title arrives once, after `done`, on whichever replica. The wait ends
 //! at a new turn (whose end brings the title) and after [`TITLE_WAIT`].
 
-use std::{collections::VecDeque, convert::Infallible, pin::Pin};
+mod body;
+
+use std::{collections::VecDeque, pin::Pin};
 
 use axum::{
     body::Body,
     http::{HeaderValue, header},
-    response::{
-        IntoResponse, Response,
-        sse::{Event as SseEvent, KeepAlive, Sse},
-    },
+    response::{IntoResponse, Response},
 };
-use bytes::Bytes;
-use futures::{Stream, StreamExt, stream::BoxStream};
+use futures::{StreamExt, stream::BoxStream};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::{
@@ -45,11 +43,6 @@ use crate::{
     sessions::{FollowItem, Follower, Sessions},
     telemetry::metrics::StreamGuard,
 };
-
-/// The keep-alive line of NDJSON streams, for idle time (a relay wait):
-/// proxies close connections that stay silent. A JSON object with a `type`
-/// of its own, which line-based consumers skip like any type they do not map.
-const NDJSON_HEARTBEAT: &[u8] = b"{\"type\":\"heartbeat\"}\n";
 
 /// The longest a stream waits for a title after its turn's end: the title
 /// call's own bound, plus a takeover of an owner that died meanwhile.
@@ -68,7 +61,7 @@ pub fn stream(
     let (transport, headers) = (encoder.transport(), encoder.headers());
     let frames = encode(state, principal, session_id, follower, encoder);
     let mut response = match transport {
-        Transport::Sse => respond(state, frames.map(|frame| Ok::<_, Infallible>(sse_event(frame)))),
+        Transport::Sse => sse(state, frames),
         Transport::Ndjson => ndjson(state, frames),
     };
     for (name, value) in headers {
@@ -299,54 +292,24 @@ fn restarts_main_step(event: &LogEvent) -> bool {
     matches!(event.event.kind, EventKind::StepRestarted { .. }) && event.event.agent.parent_id.is_none()
 }
 
-/// Fields in the order `event:`, `data:`, `id:` (axum writes them in call
-/// order): simple line-by-line clients, Holmes' among them, take the event
-/// name from the line before the data.
-pub fn sse_event(frame: Frame) -> SseEvent {
-    let mut event = SseEvent::default();
-    if let Some(name) = frame.event {
-        event = event.event(name);
-    }
-    event = event.data(frame.data);
-    if let Some(id) = frame.id {
-        event = event.id(id);
-    }
-    if let Some(retry) = frame.retry {
-        event = event.retry(retry);
-    }
-    event
-}
-
-/// An SSE response with keep-alive comments and proxy buffering off.
-pub fn respond(
-    state: &AppState,
-    events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
-) -> Response {
-    let keep_alive = KeepAlive::new().interval(state.config.server.heartbeat).text("heartbeat");
-    let mut response = Sse::new(events).keep_alive(keep_alive).into_response();
+/// An SSE response of `frames`, with keep-alive comments and proxy
+/// buffering off.
+pub fn sse(state: &AppState, frames: BoxStream<'static, Frame>) -> Response {
+    let chunks = body::chunks(frames, Transport::Sse, state.config.server.heartbeat);
+    let mut response = Body::from_stream(chunks).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     // Proxies (nginx) must not buffer the stream.
-    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
 }
 
 /// An NDJSON response: each frame's `data` and a newline; after
 /// `server.heartbeat_secs` without a frame, a heartbeat line.
 pub fn ndjson(state: &AppState, frames: BoxStream<'static, Frame>) -> Response {
-    let period = state.config.server.heartbeat;
-    let idle = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let lines = futures::stream::unfold((frames, idle), |(mut frames, mut idle)| async move {
-        let line = tokio::select! {
-            frame = frames.next() => {
-                idle.reset();
-                let mut line = frame?.data.into_bytes();
-                line.push(b'\n');
-                Bytes::from(line)
-            }
-            _ = idle.tick() => Bytes::from_static(NDJSON_HEARTBEAT),
-        };
-        Some((Ok::<_, Infallible>(line), (frames, idle)))
-    });
-    let mut response = Body::from_stream(lines).into_response();
+    let chunks = body::chunks(frames, Transport::Ndjson, state.config.server.heartbeat);
+    let mut response = Body::from_stream(chunks).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

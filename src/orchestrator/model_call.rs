@@ -235,7 +235,9 @@ async fn measured(
     );
     let started = Instant::now();
     let mut first_token = None;
-    let result = stream(call.provider, request, &output, cancelled, &mut first_token).instrument(span.clone()).await;
+    // The span is entered where it is needed (the request, which carries
+    // its trace context; errors logged in it), not at every chunk's poll.
+    let result = stream(call.provider, request, &output, cancelled, &mut first_token, &span).await;
     let labels = ModelLabels { model: model.alias.clone(), provider: call.provider.name().to_string() };
     if let Some(at) = first_token {
         call.metrics.time_to_first_token.get_or_create(&labels).observe(at.duration_since(started).as_secs_f64());
@@ -274,6 +276,7 @@ async fn stream(
     output: &Output<'_>,
     cancelled: &CancellationToken,
     first_token: &mut Option<Instant>,
+    span: &tracing::Span,
 ) -> Result<(StepOutput, FinishReason), StepError> {
     let emit = |kind: EventKind| async move {
         match (output, kind) {
@@ -290,9 +293,12 @@ async fn stream(
     // A continued answer starts with the text its clients already have.
     let mut out = StepOutput { text: request.prefill.clone().unwrap_or_default(), ..StepOutput::default() };
     let mut trim_next = out.text.ends_with(char::is_whitespace);
+    // Waited for once per call, not registered anew at every chunk.
+    let cancel = cancelled.cancelled();
+    tokio::pin!(cancel);
     let mut stream = tokio::select! {
-        started = provider.stream(request) => started?,
-        () = cancelled.cancelled() => return Err(StepError::Cancelled),
+        started = provider.stream(request).instrument(span.clone()) => started?,
+        () = &mut cancel => return Err(StepError::Cancelled),
     };
     // index → (id, name, arguments so far)
     let mut calls: BTreeMap<u32, (String, String, String)> = BTreeMap::new();
@@ -300,7 +306,7 @@ async fn stream(
     loop {
         let item = tokio::select! {
             item = stream.next() => item,
-            () = cancelled.cancelled() => return Err(StepError::Cancelled),
+            () = &mut cancel => return Err(StepError::Cancelled),
         };
         let event = match item {
             None => break,

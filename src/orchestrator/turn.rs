@@ -66,7 +66,7 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
         }
         return;
     }
-    tracing::info!(model = %handle.session().model(), "turn started");
+    tracing::debug!(model = %handle.session().model(), "turn started");
     let (workspace_key, epoch) = (handle.key().clone(), handle.epoch());
     let end = match drive(orchestrator, &mut handle).await {
         Ok(end) => end,

@@ -12,7 +12,10 @@
 //! counts as complete (some servers omit it); without a finish reason it is a
 //! lost connection.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, VecDeque},
+};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -161,15 +164,24 @@ impl Decoder for ChunkDecoder {
             self.complete(out)?;
             return Ok(true);
         }
-        let chunk: Value =
-            serde_json::from_str(data).map_err(|_| ProviderError::Protocol("a stream chunk is not JSON".into()))?;
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+        // The usual chunk is read in place (its strings borrowed); one with
+        // a field of an unusual type is read as a JSON value, leniently.
+        let value;
+        let chunk = match serde_json::from_str::<wire::Chunk<'_>>(data) {
+            Ok(chunk) => chunk.into(),
+            Err(_) => {
+                value = serde_json::from_str::<Value>(data)
+                    .map_err(|_| ProviderError::Protocol("a stream chunk is not JSON".into()))?;
+                Chunk::from_value(&value)
+            }
+        };
+        if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
             let kind = error["type"].as_str().or_else(|| error["code"].as_str()).unwrap_or_default();
             let code = error["code"].as_u64().and_then(|c| u16::try_from(c).ok());
             let message = error["message"].as_str().or_else(|| error.as_str()).unwrap_or_default();
             return Err(retry::stream_error(kind, code, message));
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        if let Some(usage) = chunk.usage.filter(|u| u.is_object()) {
             self.usage = Some(Usage {
                 input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
                 output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
@@ -177,11 +189,10 @@ impl Decoder for ChunkDecoder {
                 cache_write_tokens: 0,
             });
         }
-        let choices = chunk["choices"].as_array().map(Vec::as_slice).unwrap_or_default();
-        for choice in choices.iter().filter(|c| c["index"].as_u64().unwrap_or(0) == 0) {
-            self.on_delta(&choice["delta"], out);
-            if let Some(reason) = choice["finish_reason"].as_str() {
-                self.finish = Some(finish_reason(reason));
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            self.on_delta(choice.delta, out);
+            if let Some(reason) = choice.finish_reason {
+                self.finish = Some(finish_reason(&reason));
             }
         }
         Ok(false)
@@ -195,31 +206,174 @@ impl Decoder for ChunkDecoder {
     }
 }
 
+/// What a chunk says, whichever way it was read.
+struct Chunk<'a> {
+    error: Option<Value>,
+    usage: Option<Value>,
+    choices: Vec<Choice<'a>>,
+}
+
+struct Choice<'a> {
+    index: u64,
+    delta: Delta<'a>,
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Default)]
+struct Delta<'a> {
+    reasoning: Option<Cow<'a, str>>,
+    content: Option<Cow<'a, str>>,
+    tool_calls: Vec<CallDelta<'a>>,
+}
+
+struct CallDelta<'a> {
+    index: Option<u64>,
+    id: Option<Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl<'a> Chunk<'a> {
+    /// A chunk read as a JSON value: strings where strings are expected,
+    /// anything else as absent.
+    fn from_value(chunk: &'a Value) -> Self {
+        let text = |v: &'a Value| v.as_str().map(Cow::Borrowed);
+        let choices = chunk["choices"].as_array().map(Vec::as_slice).unwrap_or_default();
+        Self {
+            error: chunk.get("error").cloned(),
+            usage: chunk.get("usage").cloned(),
+            choices: choices
+                .iter()
+                .map(|choice| {
+                    let delta = &choice["delta"];
+                    let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+                    Choice {
+                        index: choice["index"].as_u64().unwrap_or(0),
+                        finish_reason: text(&choice["finish_reason"]),
+                        delta: Delta {
+                            reasoning: text(&delta["reasoning_content"]).or_else(|| text(&delta["reasoning"])),
+                            content: text(&delta["content"]),
+                            tool_calls: calls
+                                .iter()
+                                .map(|call| CallDelta {
+                                    index: call["index"].as_u64(),
+                                    id: text(&call["id"]),
+                                    name: text(&call["function"]["name"]),
+                                    arguments: text(&call["function"]["arguments"]),
+                                })
+                                .collect(),
+                        },
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The chunk as OpenAI-compatible servers send it, for reading in place.
+mod wire {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    pub(super) struct Chunk<'a> {
+        #[serde(default)]
+        error: Option<Value>,
+        #[serde(default)]
+        usage: Option<Value>,
+        #[serde(default, borrow)]
+        choices: Option<Vec<Choice<'a>>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Choice<'a> {
+        #[serde(default)]
+        index: Option<u64>,
+        #[serde(default, borrow)]
+        delta: Option<Delta<'a>>,
+        #[serde(default, borrow)]
+        finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Delta<'a> {
+        #[serde(default, borrow)]
+        reasoning_content: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        reasoning: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        content: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        tool_calls: Option<Vec<Call<'a>>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(default)]
+        index: Option<u64>,
+        #[serde(default, borrow)]
+        id: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        function: Option<Function<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Function<'a> {
+        #[serde(default, borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        arguments: Option<Cow<'a, str>>,
+    }
+
+    impl<'a> From<Chunk<'a>> for super::Chunk<'a> {
+        fn from(chunk: Chunk<'a>) -> Self {
+            let choices = chunk.choices.unwrap_or_default().into_iter().map(|choice| {
+                let delta = choice.delta.map(|delta| super::Delta {
+                    reasoning: delta.reasoning_content.or(delta.reasoning),
+                    content: delta.content,
+                    tool_calls: (delta.tool_calls.unwrap_or_default().into_iter())
+                        .map(|call| {
+                            let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
+                            super::CallDelta { index: call.index, id: call.id, name, arguments }
+                        })
+                        .collect(),
+                });
+                super::Choice {
+                    index: choice.index.unwrap_or(0),
+                    delta: delta.unwrap_or_default(),
+                    finish_reason: choice.finish_reason,
+                }
+            });
+            super::Chunk { error: chunk.error, usage: chunk.usage, choices: choices.collect() }
+        }
+    }
+}
+
 impl ChunkDecoder {
-    fn on_delta(&mut self, delta: &Value, out: &mut VecDeque<ModelEvent>) {
-        let reasoning = delta["reasoning_content"].as_str().or_else(|| delta["reasoning"].as_str());
-        if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
-            out.push_back(ModelEvent::ReasoningDelta(text.to_string()));
+    fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ModelEvent>) {
+        if let Some(text) = delta.reasoning.filter(|t| !t.is_empty()) {
+            out.push_back(ModelEvent::ReasoningDelta(text.into_owned()));
         }
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            out.push_back(ModelEvent::TextDelta(text.to_string()));
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            out.push_back(ModelEvent::TextDelta(text.into_owned()));
         }
-        let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
-        for (position, call) in calls.iter().enumerate() {
-            let index = call["index"].as_u64().and_then(|i| u32::try_from(i).ok()).unwrap_or(position as u32);
+        for (position, call) in delta.tool_calls.into_iter().enumerate() {
+            let index = call.index.and_then(|i| u32::try_from(i).ok()).unwrap_or(position as u32);
             let pending = self.calls.entry(index).or_default();
-            let non_empty = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
-            pending.id = pending.id.take().or_else(|| non_empty(&call["id"]));
-            pending.name = pending.name.take().or_else(|| non_empty(&call["function"]["name"]));
+            let non_empty = |v: Option<Cow<'_, str>>| v.filter(|s| !s.is_empty()).map(Cow::into_owned);
+            pending.id = pending.id.take().or_else(|| non_empty(call.id));
+            pending.name = pending.name.take().or_else(|| non_empty(call.name));
             if let (false, Some(id), Some(name)) = (pending.started, &pending.id, &pending.name) {
                 let (id, name) = (id.clone(), name.clone());
                 start(index, id, name, pending, out);
             }
-            if let Some(fragment) = call["function"]["arguments"].as_str().filter(|f| !f.is_empty()) {
+            if let Some(fragment) = call.arguments.filter(|f| !f.is_empty()) {
                 if pending.started {
-                    out.push_back(ModelEvent::ToolCallDelta { index, fragment: fragment.to_string() });
+                    out.push_back(ModelEvent::ToolCallDelta { index, fragment: fragment.into_owned() });
                 } else {
-                    pending.buffered.push_str(fragment);
+                    pending.buffered.push_str(&fragment);
                 }
             }
         }
@@ -288,6 +442,26 @@ mod tests {
             call["function"]["name"] = json!(name);
         }
         json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    }
+
+    #[test]
+    fn a_chunk_with_fields_of_unusual_types_is_read_leniently() {
+        // Read as a value (content parts, a null delta, an index as a string,
+        // which counts as 0), as before there was a reading in place.
+        let unusual = [
+            json!({"choices": [{"index": 0, "delta": {"content": [{"type": "text"}], "reasoning": "r"}}]}),
+            json!({"choices": [{"index": 0, "delta": null}, {"index": "1", "delta": {"content": "x"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Hi \"there\" é"}, "finish_reason": "stop"}]}),
+        ];
+        assert_eq!(
+            decode(&unusual),
+            vec![
+                ModelEvent::ReasoningDelta("r".into()),
+                ModelEvent::TextDelta("x".into()),
+                ModelEvent::TextDelta("Hi \"there\" é".into()),
+                ModelEvent::Finish(FinishReason::Stop),
+            ]
+        );
     }
 
     #[test]

@@ -271,7 +271,9 @@ struct Attempt {
     streamed: Vec<Event>,
     /// The transition's events (numbered by the commit's answer).
     committed: Vec<Event>,
-    write: SessionWrite,
+    /// What goes to the store (`None` while a round carries it: it comes
+    /// back with a failure, to be sent again).
+    write: Option<SessionWrite>,
 }
 
 struct Queue {
@@ -371,8 +373,8 @@ struct Task {
     last_round: Option<Instant>,
 }
 
-/// A round's answers: each tenure's result.
-type Round = Vec<(Tenure, Result<Wrote, CommitError>)>;
+/// A round's answers: each tenure's write and its result.
+type Round = Vec<(Tenure, SessionWrite, Result<Wrote, CommitError>)>;
 
 impl Task {
     /// What wakes the loop: a submission, the round's answer, the next
@@ -556,9 +558,9 @@ impl Task {
                 queue.oldest = None;
                 queue.announce = false;
             }
-            queue.in_flight = true;
-            if let Some(attempt) = &queue.attempt {
-                writes.push(attempt.write.clone());
+            if let Some(write) = queue.attempt.as_mut().and_then(|a| a.write.take()) {
+                queue.in_flight = true;
+                writes.push(write);
                 tenures.push(tenure);
             }
         }
@@ -569,13 +571,18 @@ impl Task {
         let store = self.store.clone();
         Ok(Some(Box::pin(async move {
             let results = store.sessions.write(&writes).await;
-            tenures.into_iter().zip(results).collect()
+            tenures
+                .into_iter()
+                .zip(writes)
+                .zip(results)
+                .map(|((tenure, write), result)| (tenure, write, result))
+                .collect()
         })))
     }
 
     async fn settle(&mut self, round: Round) {
         let now = Instant::now();
-        for (tenure, result) in round {
+        for (tenure, write, result) in round {
             let Some(queue) = self.queues.get_mut(&tenure) else { continue };
             queue.in_flight = false;
             match result {
@@ -584,7 +591,7 @@ impl Task {
                     queue.failing_since = None;
                     queue.retry_at = None;
                     queue.backoff = RETRY_FIRST;
-                    if let Some(append) = &attempt.write.append {
+                    if let Some(append) = &write.append {
                         queue.seq = append.last_seq();
                         if !attempt.streamed.is_empty() {
                             self.hub.broadcast(&queue.key, append.first_seq, attempt.streamed);
@@ -621,6 +628,10 @@ impl Task {
                     self.hub.refill(&queue.key).await;
                 }
                 Err(CommitError::Store(error)) => {
+                    // Sent again as it was.
+                    if let Some(attempt) = queue.attempt.as_mut() {
+                        attempt.write = Some(write);
+                    }
                     let since = *queue.failing_since.get_or_insert(now);
                     if now.duration_since(since) >= self.pacing.give_up {
                         tracing::warn!(session = %queue.key.id, %error, "session writes stopped: the store keeps failing");
@@ -642,21 +653,22 @@ impl Task {
 
 /// The next part of `queue`: its streamed events up to the first
 /// transition, merged and numbered after `queue.seq`, and that transition
-/// as commit `n + 1`.
-fn attempt(instance: &str, queue: &Queue) -> Attempt {
+/// as commit `n + 1`. The items' contents move into it (the items stay, to
+/// hold their room and the transition's answer until it is written).
+fn attempt(instance: &str, queue: &mut Queue) -> Attempt {
     let mut streamed = Vec::new();
     let mut change = None;
     let mut items = 0;
-    for item in &queue.items {
+    for item in &mut queue.items {
         items += 1;
         match item {
             Item::Events(events, _) => {
-                for event in events {
-                    push_coalesced(&mut streamed, event.clone());
+                for event in events.drain(..) {
+                    push_coalesced(&mut streamed, event);
                 }
             }
             Item::Commit(transition, _) => {
-                change = Some(transition);
+                change = Some(std::mem::take(&mut **transition));
                 break;
             }
         }
@@ -673,21 +685,22 @@ fn attempt(instance: &str, queue: &Queue) -> Attempt {
         announce: queue.followed,
     });
     let after = queue.seq + streamed.len() as u64;
+    let mut committed = Vec::new();
     let commit = change.map(|change| {
         let fence = Fence::Owner { instance: instance.to_string(), epoch: queue.epoch, n: queue.n + 1, after };
         let mut commit = Commit::new(queue.key.clone(), fence, instance);
         commit.events = encode(&change.events);
-        commit.state = change.state.clone();
-        commit.messages = change.messages.clone();
+        commit.state = change.state;
+        commit.messages = change.messages;
         commit.owner = if change.release { OwnerChange::Release } else { OwnerChange::Keep };
-        commit.open_relays = change.open_relays.clone();
-        commit.close_relays = change.close_relays.clone();
+        commit.open_relays = change.open_relays;
+        commit.close_relays = change.close_relays;
         commit.clear_cancel = change.clear_cancel;
-        commit.workspace = change.workspace.clone();
+        commit.workspace = change.workspace;
+        committed = change.events;
         commit
     });
-    let committed = change.map(|c| c.events.clone()).unwrap_or_default();
-    Attempt { items, streamed, committed, write: SessionWrite { key: queue.key.clone(), append, commit } }
+    Attempt { items, streamed, committed, write: Some(SessionWrite { key: queue.key.clone(), append, commit }) }
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -5,7 +5,7 @@
 //! pause is indexed (its history and pending calls, `sessions/resume.rs`)
 //! before the client sees it, so a resume on any replica finds it.
 
-use std::{convert::Infallible, time::Duration};
+use std::time::Duration;
 
 use axum::{
     Json,
@@ -82,10 +82,10 @@ fn stream_response(state: &AppState, principal: Principal, id: String, frames: B
             if frame.event.as_deref() == Some("approval_required") {
                 index_pause(&sessions, &principal, &id, &frame).await;
             }
-            Ok::<_, Infallible>(stream::sse_event(frame))
+            frame
         }
     });
-    stream::respond(state, events)
+    stream::sse(state, events.boxed())
 }
 
 /// Indexes the history and the pending calls an `approval_required` frame

@@ -55,7 +55,7 @@ pub async fn summarize(State(state): State<AppState>, principal: Principal, body
     let connected = encoder.connected(&request.source_ids);
     let call = Call::start(&state, principal, session_id, model, request.prompt());
     let frames = futures::stream::iter([connected]).chain(call.frames(encoder));
-    Ok(stream::respond(&state, frames.map(|frame| Ok(stream::sse_event(frame)))))
+    Ok(stream::sse(&state, frames.boxed()))
 }
 
 /// A validated `POST /summarize` body.

@@ -28,14 +28,14 @@ pub(super) struct Blocks {
 impl Blocks {
     /// The id of `agent`'s open block of `kind`, opened by the delta `seq`
     /// when there is none.
-    pub(super) fn id(&mut self, agent: &str, kind: BlockKind, seq: u64) -> String {
-        let open = self.open.entry(agent.to_string()).or_default();
-        if let Some((_, id)) = open.iter().find(|(k, _)| *k == kind) {
-            return id.clone();
+    pub(super) fn id(&mut self, agent: &str, kind: BlockKind, seq: u64) -> &str {
+        // Found without making a key (the common case: a block's later
+        // deltas).
+        if !self.open.get(agent).is_some_and(|open| open.iter().any(|(k, _)| *k == kind)) {
+            self.open.entry(agent.to_string()).or_default().push((kind, format!("evt_{seq}")));
         }
-        let id = format!("evt_{seq}");
-        open.push((kind, id.clone()));
-        id
+        let open = self.open.get(agent).expect("opened above");
+        open.iter().find(|(k, _)| *k == kind).map(|(_, id)| id.as_str()).expect("opened above")
     }
 
     /// Ends `agent`'s model call: the ids of the blocks it had open, in the

@@ -201,3 +201,34 @@ fn events_without_an_equivalent_are_skipped_and_cache_usage_is_named() {
             "totalUsage": {"inputTokens": 5, "outputTokens": 2, "cacheReadTokens": 3}})
     );
 }
+
+#[test]
+fn a_delta_is_written_as_the_general_path_writes_it() {
+    let reasoning = |t: &str| EventKind::ReasoningDelta { text: t.into() };
+    let events = [
+        event(2, EventKind::TurnStarted { turn: 3, model: "m".into() }, main_agent()),
+        event(3, text("He said \"hi\"\n"), main_agent()),
+        event(4, text("é🙂"), main_agent()),
+        event(5, reasoning("think"), main_agent()),
+        event(6, text("sub"), sub_agent()),
+        event(7, reasoning("sub thinks"), sub_agent()),
+    ];
+    let (mut fast, mut general) = (LlmGatewayEncoder::for_chat("s1", 3, 7), LlmGatewayEncoder::for_chat("s1", 3, 7));
+    for event in &events {
+        let frames = fast.encode(event);
+        let Translated { before, shown } = general.translate(event);
+        let mut expected: Vec<(String, String)> = before
+            .into_iter()
+            .map(|(name, agent, fields)| (name.to_string(), general.data(name, &agent, fields)))
+            .collect();
+        if let Some((name, fields)) = shown {
+            expected.push((name.to_string(), general.data(name, &event.event.agent, fields)));
+        }
+        let shown: Vec<(String, String)> = frames
+            .iter()
+            .filter(|f| f.event.as_deref() != Some("connected"))
+            .map(|f| (f.event.clone().unwrap(), f.data.clone()))
+            .collect();
+        assert_eq!(shown, expected, "seq {}", event.seq);
+    }
+}
