@@ -44,6 +44,10 @@ use crate::{
     telemetry::metrics::StreamGuard,
 };
 
+/// A follower that is always ready is checked for a drain every this many
+/// items.
+const DRAIN_CHECK: u64 = 64;
+
 /// The longest a stream waits for a title after its turn's end: the title
 /// call's own bound, plus a takeover of an owner that died meanwhile.
 const TITLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -91,6 +95,7 @@ pub fn encode(
         draining: Box::pin(state.sessions.draining().clone().cancelled_owned()),
         shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
         pending: VecDeque::new(),
+        frames: 0,
         ended: false,
         title: TitleWatch::default(),
     };
@@ -120,6 +125,8 @@ struct Encoding {
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     /// Frames encoded and not yet sent.
     pending: VecDeque<Frame>,
+    /// Items taken from the follower.
+    frames: u64,
     ended: bool,
     title: TitleWatch,
 }
@@ -174,8 +181,19 @@ impl Encoding {
             if self.ended {
                 return None;
             }
+            // A follower that is always ready (a long replay) is checked for
+            // a drain every so often; otherwise only while it waits.
+            self.frames += 1;
+            if self.frames % DRAIN_CHECK == 0 && futures::FutureExt::now_or_never(&mut self.draining).is_some() {
+                self.ended = true;
+                self.pending.extend(self.encoder.reconnect());
+                continue;
+            }
             let deadline = self.title.deadline;
+            // The follower first: drain and shutdown are looked at only
+            // while it waits.
             let item = tokio::select! {
+                biased;
                 item = self.follower.next() => item,
                 () = &mut self.draining => {
                     self.ended = true;

@@ -45,6 +45,10 @@ pub struct ModelCall<'a> {
     pub upstream: &'a UpstreamTime,
 }
 
+/// A stream that is always ready is checked for a cancel every this many
+/// chunks (otherwise only when it waits).
+const CANCEL_CHECK: u64 = 32;
+
 /// `Retry-After` for a provider's rate limit that did not say how long.
 const PROVIDER_RETRY_AFTER_SECS: u64 = 10;
 
@@ -303,8 +307,15 @@ async fn stream(
     // index → (id, name, arguments so far)
     let mut calls: BTreeMap<u32, (String, String, String)> = BTreeMap::new();
     let mut finish = None;
-    loop {
+    for read in 1u64.. {
+        // The stream first: the cancel is looked at while it waits, and
+        // every so often when it never does (an answer arriving faster than
+        // it is read).
+        if read % CANCEL_CHECK == 0 && cancelled.is_cancelled() {
+            return Err(StepError::Cancelled);
+        }
         let item = tokio::select! {
+            biased;
             item = stream.next() => item,
             () = &mut cancel => return Err(StepError::Cancelled),
         };

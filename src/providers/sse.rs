@@ -7,7 +7,11 @@
 //! Retrying (before anything was yielded) is `retry.rs`'s business.
 //!
 //! Timeouts count SSE events, not bytes: keep-alive comments (`: ping`) do
-//! not reset the idle timer, while Anthropic's `ping` events do.
+//! not reset the idle timer, while Anthropic's `ping` events do. The idle
+//! timer is one timer per response, not one per event: each wait for an
+//! event notes when it began, and the timer, when it fires, times the
+//! response out only if that was `idle` ago (else it sets itself to that
+//! moment).
 
 use std::{collections::VecDeque, pin::Pin, time::Duration};
 
@@ -42,6 +46,10 @@ pub(super) struct Pump<D> {
     /// (it started when the request was sent); after it, the idle timeout.
     first_byte_deadline: Option<Instant>,
     idle_timeout: Duration,
+    /// When the wait for the current event began, and the timer that
+    /// checks it.
+    last_event: Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
     /// Set once the response completed or failed: only `pending` is left.
     ended: bool,
 }
@@ -54,6 +62,8 @@ impl<D: Decoder> Pump<D> {
             pending: VecDeque::new(),
             first_byte_deadline: Some(first_byte_deadline),
             idle_timeout: idle,
+            last_event: Instant::now(),
+            timer: Box::pin(tokio::time::sleep_until(first_byte_deadline)),
             ended: false,
         }
     }
@@ -77,15 +87,28 @@ impl<D: Decoder> Pump<D> {
 
     /// Reads one SSE event (or the end of the body) and decodes it.
     async fn read_one(&mut self) -> Result<(), ProviderError> {
-        let next = match self.first_byte_deadline {
-            Some(deadline) => {
-                tokio::time::timeout_at(deadline, self.events.next()).await.map_err(|_| timeout_first_byte())?
+        // Idle counts from when the wait began (a slow reader of the
+        // stream is not the upstream's silence).
+        self.last_event = Instant::now();
+        let next = loop {
+            tokio::select! {
+                biased;
+                next = self.events.next() => break next,
+                () = self.timer.as_mut() => {
+                    if self.first_byte_deadline.is_some() {
+                        return Err(timeout_first_byte());
+                    }
+                    let due = self.last_event + self.idle_timeout;
+                    if due <= Instant::now() {
+                        return Err(ProviderError::Timeout("idle"));
+                    }
+                    self.timer.as_mut().reset(due);
+                }
             }
-            None => tokio::time::timeout(self.idle_timeout, self.events.next())
-                .await
-                .map_err(|_| ProviderError::Timeout("idle"))?,
         };
-        self.first_byte_deadline = None;
+        if self.first_byte_deadline.take().is_some() {
+            self.timer.as_mut().reset(Instant::now() + self.idle_timeout);
+        }
         match next {
             Some(Ok(event)) => {
                 self.ended = self.decoder.on_event(&event, &mut self.pending)?;

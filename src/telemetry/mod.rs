@@ -2,7 +2,8 @@
 //!
 //! - **Logs** go to stdout: human-readable by default, JSON lines when
 //!   `SWITCHBOARD_LOG_FORMAT=json`, each with the fields of the spans it is
-//!   in (request id, tenant, session id, trace id). The filter comes from
+//!   in (request id, tenant, session id, trace id; not the attributes spans
+//!   carry for the exporter, `log_fields.rs`). The filter comes from
 //!   `RUST_LOG` (default `info`). Log lines carry ids and codes, never
 //!   tokens, keys or message text.
 //! - **Traces** are exported over OTLP (HTTP/protobuf) when
@@ -19,6 +20,7 @@
 //!   keep separate counts.
 
 pub mod attributes;
+mod log_fields;
 pub mod metrics;
 pub mod timing;
 pub mod trace;
@@ -39,6 +41,8 @@ pub struct Settings {
     /// `RUST_LOG` syntax.
     pub log_filter: String,
     pub log_json: bool,
+    /// Colours in text logs (only when stdout is a terminal).
+    pub log_ansi: bool,
     pub log_writer: BoxMakeWriter,
     pub traces: Traces,
 }
@@ -66,6 +70,7 @@ impl Settings {
         Self {
             log_filter: var("RUST_LOG").unwrap_or_else(|| "info".to_string()),
             log_json: var("SWITCHBOARD_LOG_FORMAT").is_some_and(|v| v.eq_ignore_ascii_case("json")),
+            log_ansi: std::io::IsTerminal::is_terminal(&std::io::stdout()),
             log_writer: BoxMakeWriter::new(std::io::stdout),
             traces: if otlp && !disabled { Traces::FromEnvironment } else { Traces::Off },
         }
@@ -100,10 +105,16 @@ impl Telemetry {
                 .flatten_event(true)
                 .with_current_span(false)
                 .with_span_list(true)
+                .fmt_fields(log_fields::JsonFields)
                 .with_writer(settings.log_writer)
                 .boxed()
         } else {
-            fmt::layer().with_target(false).with_writer(settings.log_writer).boxed()
+            fmt::layer()
+                .with_target(false)
+                .with_ansi(settings.log_ansi)
+                .fmt_fields(log_fields::TextFields)
+                .with_writer(settings.log_writer)
+                .boxed()
         };
         let spans = provider.as_ref().map(|provider| {
             tracing_opentelemetry::layer()

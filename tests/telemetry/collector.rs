@@ -64,6 +64,7 @@ pub fn collector() -> &'static Collector {
         let telemetry = Telemetry::init(Settings {
             log_filter: "info".into(),
             log_json: true,
+            log_ansi: false,
             log_writer: BoxMakeWriter::new(move || LogBuffer(sink.clone())),
             traces: Traces::Endpoint { url: format!("http://{addr}/v1/traces"), delay: Duration::from_millis(50) },
         })
