@@ -6,5 +6,5 @@
 # release build. Usage: scripts/profiling-build.sh [extra cargo args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RUSTFLAGS="${RUSTFLAGS:-} -C force-frame-pointers=yes"
+export RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable -C force-frame-pointers=yes"
 exec cargo build --locked --profile profiling -p switchboard -p switchboard-load --bins "$@"

@@ -216,8 +216,10 @@ impl Encoding {
                     continue;
                 }
                 None => {
-                    let frames = self.closing_frames().await;
-                    if !self.follow_title().await {
+                    // Boxed: run once per stream, they would otherwise
+                    // size every open stream's state.
+                    let frames = Box::pin(self.closing_frames()).await;
+                    if !Box::pin(self.follow_title()).await {
                         self.ended = true;
                     }
                     frames
@@ -227,7 +229,7 @@ impl Encoding {
                 {
                     // Without the stored session (a store error), the
                     // dialect's plain restart frames: the stream goes on.
-                    match self.sessions.get_with_history(&self.principal, &self.session_id).await {
+                    match Box::pin(self.sessions.get_with_history(&self.principal, &self.session_id)).await {
                         Ok(view) => self.encoder.restarted(&event, &view.session),
                         Err(_) => self.encoder.encode(&event),
                     }
@@ -237,7 +239,7 @@ impl Encoding {
                 Some(FollowItem::Event(event))
                     if matches!(event.event.kind, EventKind::TitleUpdated { .. }) && self.encoder.wants_title() =>
                 {
-                    let mut frames = self.finish_frames().await;
+                    let mut frames = Box::pin(self.finish_frames()).await;
                     frames.extend(self.encoder.encode(&event));
                     frames
                 }

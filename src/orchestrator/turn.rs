@@ -59,9 +59,14 @@ impl End {
 /// Runs the turn to its end and records it. Logs one line at its start and
 /// one at its end (ids, outcome and counts: never message text; the span
 /// around the task carries the session, tenant and trace ids).
+///
+/// A turn's future lives as long as its chat, at the size of its largest
+/// state: the phases a step passes through once (tools, compaction, the
+/// turn's end and its title) are boxed when they run, so what a chat holds
+/// while the model streams is the model call's state, not theirs.
 pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
     if title::only_title(handle.session()) {
-        if let Err(e) = title::run(orchestrator, handle).await {
+        if let Err(e) = Box::pin(title::run(orchestrator, handle)).await {
             tracing::warn!(error = %e, "could not record the session's title");
         }
         return;
@@ -82,16 +87,16 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
         End::Finished(reason) => {
             tracing::info!(outcome = ?reason, iterations, input_tokens, output_tokens, "turn ended");
             let titles = orchestrator.config.agent.titles_for(handle.session().dialect());
-            close(orchestrator, handle, |s| s.end(reason, titles)).await
+            Box::pin(close(orchestrator, handle, |s| s.end(reason, titles))).await
         }
         End::Paused => {
             let (relays, calls) = (handle.session().pending_relays().len(), handle.session().pending_calls().len());
             tracing::info!(outcome = "paused", relays, calls, "turn paused");
-            handle.end(|s| s.pause()).await
+            Box::pin(handle.end(|s| s.pause())).await
         }
         End::Failed { code, message, retry_after_secs } => {
             tracing::info!(outcome = "failed", code = code.as_str(), iterations, "turn ended");
-            close(orchestrator, handle, |s| s.fail(code, &message, retry_after_secs)).await
+            Box::pin(close(orchestrator, handle, |s| s.fail(code, &message, retry_after_secs))).await
         }
         End::Stopped => match handle.stop_reason() {
             Some(Stop::Cancel) => {
@@ -99,14 +104,14 @@ pub(super) async fn run(orchestrator: &Orchestrator, mut handle: RunHandle) {
                 handle.cancel_taken();
                 // A title still due from an earlier turn: the fallback, at once
                 // (the run's token is cancelled).
-                close(orchestrator, handle, |s| s.cancel()).await
+                Box::pin(close(orchestrator, handle, |s| s.cancel())).await
             }
             reason => {
                 match reason {
                     Some(Stop::Drain) => tracing::info!(outcome = "handed_off", "turn handed to another replica"),
                     _ => tracing::info!(outcome = "stopped", ?reason, "turn left to whoever runs the session next"),
                 }
-                handle.stop().await
+                Box::pin(handle.stop()).await
             }
         },
     };
@@ -147,13 +152,13 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
         return Ok(End::failed(FailureCode::UnknownModel, format!("the model {alias:?} is not configured")));
     };
     if handle.session().options().rlm.is_some() {
-        return super::rlm::drive(orchestrator, handle, Arc::new(model.into_owned()), provider).await;
+        return Box::pin(super::rlm::drive(orchestrator, handle, Arc::new(model.into_owned()), provider)).await;
     }
     let model = &*model;
     if handle.session().compacting_only() {
         let messages = orchestrator.messages_with_system(handle.session());
         let before = context::estimate(&messages);
-        return Ok(compact(orchestrator, handle, model, provider.as_ref(), messages, before)
+        return Ok(Box::pin(compact(orchestrator, handle, model, provider.as_ref(), messages, before))
             .await?
             .unwrap_or(End::Finished(TurnEndReason::Final)));
     }
@@ -164,7 +169,7 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             return Ok(End::Stopped);
         }
         if !handle.session().calls_done() {
-            match tools_phase::run(orchestrator, handle, model).await? {
+            match Box::pin(tools_phase::run(orchestrator, handle, model)).await? {
                 Phase::Done => {}
                 Phase::End(end) => return Ok(end),
             }
@@ -172,7 +177,7 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
         if handle.session().iterations() >= max_iterations {
             return Ok(End::Finished(TurnEndReason::MaxIterations));
         }
-        if let Some(end) = fit_context(orchestrator, handle, model, provider.as_ref()).await? {
+        if let Some(end) = Box::pin(fit_context(orchestrator, handle, model, provider.as_ref())).await? {
             return Ok(end);
         }
         let mut request = request(orchestrator, handle, model);

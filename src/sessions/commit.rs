@@ -178,6 +178,9 @@ impl Sessions {
         }
         let sessions = self.clone();
         let metrics = self.inner.metrics.clone();
+        // Boxed before the task takes it: the task's state lives as long
+        // as the chat.
+        let session = Box::new(session);
         self.inner.tasks.spawn(
             async move {
                 let _running = metrics.running_session();

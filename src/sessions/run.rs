@@ -80,7 +80,7 @@ impl Emitter {
     /// Queues an event; it reaches followers once committed.
     pub async fn emit(&self, agent: &AgentRef, kind: EventKind) -> Result<(), SessionError> {
         self.sessions.observe([&kind]);
-        self.pipe.emit(vec![stamp(kind, agent.clone())]).await.map_err(write_error)
+        self.pipe.emit(stamp(kind, agent.clone())).await.map_err(write_error)
     }
 }
 
@@ -95,7 +95,8 @@ pub struct Inbox {
 pub struct RunHandle {
     sessions: Sessions,
     key: SessionKey,
-    session: Session,
+    /// Boxed: the handle lives in the turn's future, as long as the chat.
+    session: Box<Session>,
     pipe: Pipe,
     running: Running,
     taken_over_from: Option<String>,
@@ -118,7 +119,7 @@ impl RunHandle {
     pub(super) fn new(
         sessions: Sessions,
         key: SessionKey,
-        session: Session,
+        session: Box<Session>,
         pipe: Pipe,
         running: Running,
         taken_over_from: Option<String>,

@@ -136,9 +136,9 @@ enum Submission {
         last_seq: u64,
         broken: Arc<OnceLock<WriteError>>,
     },
-    Events {
+    Event {
         tenure: Tenure,
-        events: Vec<Event>,
+        event: Event,
         permit: OwnedSemaphorePermit,
     },
     Commit {
@@ -190,7 +190,7 @@ impl Writer {
         let task = Task {
             store,
             hub,
-            instance,
+            instance: instance.into(),
             pacing,
             queues: HashMap::new(),
             tenures: HashMap::new(),
@@ -227,14 +227,15 @@ impl Pipe {
         self.broken.get()
     }
 
-    /// Queues streamed events without waiting for the store (only for room).
-    pub async fn emit(&self, events: Vec<Event>) -> Result<(), WriteError> {
+    /// Queues a streamed event without waiting for the store (only for
+    /// room).
+    pub async fn emit(&self, event: Event) -> Result<(), WriteError> {
         if let Some(error) = self.broken.get() {
             return Err(error.clone());
         }
         let permit = self.room.clone().acquire_owned().await.map_err(|_| WriteError::Stopped)?;
-        let events = Submission::Events { tenure: self.tenure, events, permit };
-        self.tx.send(events).await.map_err(|_| WriteError::Stopped)
+        let event = Submission::Event { tenure: self.tenure, event, permit };
+        self.tx.send(event).await.map_err(|_| WriteError::Stopped)
     }
 
     /// Commits `change` after everything queued before it; waits for the
@@ -256,9 +257,9 @@ impl Pipe {
 }
 
 enum Item {
-    /// Streamed events, holding their room in the session's queue until
-    /// they are committed or dropped.
-    Events(Vec<Event>, #[allow(dead_code)] OwnedSemaphorePermit),
+    /// A streamed event (`None` once it moved into an attempt), holding its
+    /// room in the session's queue until it is written or dropped.
+    Event(Option<Event>, #[allow(dead_code)] OwnedSemaphorePermit),
     Commit(Box<Change>, oneshot::Sender<Result<Committed, WriteError>>),
 }
 
@@ -285,6 +286,8 @@ struct Queue {
     /// seq is one more).
     seq: u64,
     items: VecDeque<Item>,
+    /// Transitions among `items`.
+    transitions: usize,
     attempt: Option<Attempt>,
     in_flight: bool,
     /// When the oldest streamed events not yet in an attempt were queued.
@@ -321,9 +324,7 @@ impl Queue {
         let urgent = self.attempt.is_none()
             && match self.items.front() {
                 Some(Item::Commit(..)) => true,
-                Some(Item::Events(..)) => {
-                    self.after_transition || self.items.iter().any(|i| matches!(i, Item::Commit(..)))
-                }
+                Some(Item::Event(..)) => self.after_transition || self.transitions > 0,
                 None => false,
             };
         Some(if urgent { Readiness::Urgent } else { Readiness::Ready })
@@ -335,8 +336,7 @@ impl Queue {
             return None;
         }
         let until = self.oldest? + linger;
-        let transition = self.items.iter().any(|item| matches!(item, Item::Commit(..)));
-        (!transition).then_some(until)
+        (self.transitions == 0).then_some(until)
     }
 
     /// Breaks the queue: every waiting transition gets `error`, streamed
@@ -344,6 +344,7 @@ impl Queue {
     fn break_with(&mut self, error: WriteError) {
         let _ = self.broken.set(error.clone());
         self.attempt = None;
+        self.transitions = 0;
         for item in self.items.drain(..) {
             if let Item::Commit(_, ack) = item {
                 let _ = ack.send(Err(error.clone()));
@@ -361,7 +362,7 @@ enum Readiness {
 struct Task {
     store: Store,
     hub: EventHub,
-    instance: String,
+    instance: Arc<str>,
     pacing: Pacing,
     queues: HashMap<Tenure, Queue>,
     /// The tenure running each session here.
@@ -448,6 +449,7 @@ impl Task {
                         n: 0,
                         seq: last_seq,
                         items: VecDeque::new(),
+                        transitions: 0,
                         attempt: None,
                         in_flight: false,
                         oldest: None,
@@ -462,12 +464,12 @@ impl Task {
                     },
                 );
             }
-            Submission::Events { tenure, events, permit } => {
+            Submission::Event { tenure, event, permit } => {
                 if let Some(queue) = self.queues.get_mut(&tenure)
                     && queue.broken.get().is_none()
                 {
                     queue.oldest.get_or_insert_with(Instant::now);
-                    queue.items.push_back(Item::Events(events, permit));
+                    queue.items.push_back(Item::Event(Some(event), permit));
                     self.ready.insert(tenure);
                 }
             }
@@ -475,6 +477,7 @@ impl Task {
                 Some(queue) => match queue.broken.get() {
                     None => {
                         queue.items.push_back(Item::Commit(change, ack));
+                        queue.transitions += 1;
                         self.ready.insert(tenure);
                     }
                     Some(error) => drop(ack.send(Err(error.clone()))),
@@ -599,10 +602,11 @@ impl Task {
                     }
                     let mut acks = queue.items.drain(..attempt.items).filter_map(|item| match item {
                         Item::Commit(_, ack) => Some(ack),
-                        Item::Events(..) => None,
+                        Item::Event(..) => None,
                     });
                     let ack = acks.next();
                     drop(acks);
+                    queue.transitions -= usize::from(ack.is_some());
                     if attempt.items > 0 {
                         queue.after_transition = ack.is_some();
                     }
@@ -655,15 +659,15 @@ impl Task {
 /// transition, merged and numbered after `queue.seq`, and that transition
 /// as commit `n + 1`. The items' contents move into it (the items stay, to
 /// hold their room and the transition's answer until it is written).
-fn attempt(instance: &str, queue: &mut Queue) -> Attempt {
+fn attempt(instance: &Arc<str>, queue: &mut Queue) -> Attempt {
     let mut streamed = Vec::new();
     let mut change = None;
     let mut items = 0;
     for item in &mut queue.items {
         items += 1;
         match item {
-            Item::Events(events, _) => {
-                for event in events.drain(..) {
+            Item::Event(event, _) => {
+                if let Some(event) = event.take() {
                     push_coalesced(&mut streamed, event);
                 }
             }
@@ -678,7 +682,7 @@ fn attempt(instance: &str, queue: &mut Queue) -> Attempt {
     // An owed announcement with nothing to append goes alone; a commit
     // announces its own (and the appends' before it).
     let append = (!streamed.is_empty() || (queue.announce && change.is_none())).then(|| Append {
-        instance: instance.to_string(),
+        instance: instance.clone(),
         epoch: queue.epoch,
         first_seq: queue.seq + 1,
         events: encode(&streamed),
@@ -688,7 +692,7 @@ fn attempt(instance: &str, queue: &mut Queue) -> Attempt {
     let mut committed = Vec::new();
     let commit = change.map(|change| {
         let fence = Fence::Owner { instance: instance.to_string(), epoch: queue.epoch, n: queue.n + 1, after };
-        let mut commit = Commit::new(queue.key.clone(), fence, instance);
+        let mut commit = Commit::new(queue.key.clone(), fence, &**instance);
         commit.events = encode(&change.events);
         commit.state = change.state;
         commit.messages = change.messages;
@@ -810,14 +814,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_steps_first_token_goes_at_once_and_later_ones_wait_the_linger_for_company() {
         let f = fixture(LINGER).await;
-        f.pipe.emit(vec![text("He")]).await.unwrap();
+        f.pipe.emit(text("He")).await.unwrap();
         // The step's first token is not held.
         f.committed(&["He"]).await;
 
-        f.pipe.emit(vec![text("ll")]).await.unwrap();
+        f.pipe.emit(text("ll")).await.unwrap();
         f.settle().await;
         advance(LINGER / 2).await;
-        f.pipe.emit(vec![text("o")]).await.unwrap();
+        f.pipe.emit(text("o")).await.unwrap();
         f.settle().await;
         assert_eq!(f.texts().await, ["He"], "within the linger nothing more is committed");
         // The linger counts from the oldest waiting token; one commit, one
@@ -829,9 +833,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_transition_takes_the_waiting_tokens_along_at_once() {
         let f = fixture(LINGER).await;
-        f.pipe.emit(vec![text("a")]).await.unwrap();
+        f.pipe.emit(text("a")).await.unwrap();
         f.committed(&["a"]).await;
-        f.pipe.emit(vec![text("b")]).await.unwrap();
+        f.pipe.emit(text("b")).await.unwrap();
         let before = Instant::now();
         let change = Change { events: vec![text("!")], ..Change::default() };
         f.pipe.commit(change).await.expect("the transition commits");
@@ -839,7 +843,7 @@ mod tests {
         assert_eq!(f.texts().await, ["a", "b", "!"]);
 
         // After a transition, the next token starts a step: at once.
-        f.pipe.emit(vec![text("c")]).await.unwrap();
+        f.pipe.emit(text("c")).await.unwrap();
         f.committed(&["a", "b", "!", "c"]).await;
     }
 
@@ -847,11 +851,11 @@ mod tests {
     async fn tokens_after_a_steps_first_wait_for_the_tick_and_go_in_one_round() {
         const TICK: Duration = Duration::from_millis(10);
         let f = paced(Duration::ZERO, TICK).await;
-        f.pipe.emit(vec![text("a")]).await.unwrap();
+        f.pipe.emit(text("a")).await.unwrap();
         // The step's first token does not wait for the tick.
         f.committed(&["a"]).await;
-        f.pipe.emit(vec![text("b")]).await.unwrap();
-        f.pipe.emit(vec![text("c")]).await.unwrap();
+        f.pipe.emit(text("b")).await.unwrap();
+        f.pipe.emit(text("c")).await.unwrap();
         f.settle().await;
         assert_eq!(f.texts().await, ["a"], "within the tick nothing more is sent");
         advance(TICK).await;
@@ -859,7 +863,7 @@ mod tests {
         f.committed(&["a", "bc"]).await;
 
         // A transition does not wait for the tick, and takes what waits.
-        f.pipe.emit(vec![text("d")]).await.unwrap();
+        f.pipe.emit(text("d")).await.unwrap();
         let before = Instant::now();
         let change = Change { events: vec![text("!")], ..Change::default() };
         f.pipe.commit(change).await.expect("the transition commits");
@@ -868,10 +872,10 @@ mod tests {
 
         // A round a tick after the last goes at once, lone token or not.
         advance(TICK).await;
-        f.pipe.emit(vec![text("e")]).await.unwrap();
+        f.pipe.emit(text("e")).await.unwrap();
         f.committed(&["a", "bc", "d", "!", "e"]).await;
         advance(TICK).await;
-        f.pipe.emit(vec![text("f")]).await.unwrap();
+        f.pipe.emit(text("f")).await.unwrap();
         f.committed(&["a", "bc", "d", "!", "e", "f"]).await;
     }
 
@@ -880,7 +884,7 @@ mod tests {
         let f = fixture(Duration::ZERO).await;
         let mut sent = Vec::new();
         for token in ["a", "b", "c"] {
-            f.pipe.emit(vec![text(token)]).await.unwrap();
+            f.pipe.emit(text(token)).await.unwrap();
             sent.push(token);
             // Each on its own: committed before the next is emitted.
             f.committed(&sent).await;

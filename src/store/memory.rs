@@ -155,7 +155,7 @@ impl MemoryStore {
         for (i, payload) in append.events.iter().enumerate() {
             let seq = append.first_seq + i as u64;
             if (append.epoch, seq) <= (s.log_epoch, s.last_seq) {
-                if s.owner != append.instance || s.epoch != append.epoch {
+                if *s.owner != *append.instance || s.epoch != append.epoch {
                     return Err(CommitError::Conflict(Conflict::Fenced));
                 }
                 continue;
@@ -168,7 +168,7 @@ impl MemoryStore {
         s.log.drain(..excess);
         if append.announce && watched {
             let last_seq = append.last_seq();
-            notices.push(Notice::Appended { key: key.clone(), last_seq, by: Some(append.instance.clone()) });
+            notices.push(Notice::Appended { key: key.clone(), last_seq, by: Some(append.instance.to_string()) });
         }
         Ok(())
     }

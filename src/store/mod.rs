@@ -251,7 +251,7 @@ pub struct Committed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Append {
     /// The owner and its tenure.
-    pub instance: String,
+    pub instance: Arc<str>,
     pub epoch: u64,
     /// The seq of `events[0]`; the others follow it.
     pub first_seq: u64,

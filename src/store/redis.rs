@@ -5,11 +5,14 @@
 //!
 //! Layout (hash tags keep one session's keys in one cluster slot):
 //! - `{prefix}{t:<tenant>:s:<id>}:state` — hash: `v`, `doc`, `st`, `own`,
-//!   `ep`, `cn`, `seq`, `ck`, `nm`, `r:<relay_id>`, `cancel` (`lua/commit.lua`),
-//!   and the instances following the session (`fw`, `f:<instance>`;
-//!   `lua/follow.lua`)
+//!   `ep`, `cn`, `seq`, `ck`, `nm`, `r:<relay_id>`, `cancel`, and `eps`, the
+//!   tenures' first seqs (`<epoch>:<first seq>;…`, newest last, so a reader
+//!   finds the id of a seq; `lua/commit.lua`), and the instances following
+//!   the session (`fw`, `f:<instance>`; `lua/follow.lua`)
 //! - `{prefix}{t:<tenant>:s:<id>}:msgs` — list, the conversation (JSON each)
-//! - `{prefix}{t:<tenant>:s:<id>}:events` — stream, entry `0-<seq>`, field `e`
+//! - `{prefix}{t:<tenant>:s:<id>}:events` — stream, entry `<epoch>-<seq>`
+//!   (`0-<seq>` as older builds wrote it), field `e`; the owner appends with
+//!   plain `XADD`s, fenced by the id (`redis/sessions.rs`)
 //! - `{prefix}{t:<tenant>:s:<id>}:ws` — hash, the workspace's manifest: path →
 //!   `digest:size:mode`; `…:blobs` — hash, SHA-256 hex → content (`redis/workspace.rs`)
 //! - `{prefix}replicas` — zset instance → heartbeat deadline (server ms)
@@ -25,9 +28,15 @@
 //! - `{prefix}rl:<tenant>` — GCRA arrival time; `{prefix}slots:<tenant>` — zset of
 //!   running sessions → deadline; `{prefix}tpm:<tenant>:<minute>` — tokens used
 //! - channel `{prefix}{t:<tenant>:s:<id>}:n` — `e:<last_seq>:<instance>`
-//!   after commits with events while another instance follows, `w` wakes
-//!   (on a cluster a shard channel: `SPUBLISH` from the scripts on the
-//!   session's node, `SSUBSCRIBE` there); channel `{prefix}orphans` — `o`
+//!   after commits and announced appends while another instance follows,
+//!   `w` wakes (on a cluster a shard channel: `SPUBLISH` from the scripts
+//!   on the session's node, `SSUBSCRIBE` there); channel `{prefix}orphans`
+//!   — `o`
+//! - channel `{prefix}i:<instance>` — the instance's own wake-ups: `w:` and
+//!   the session (a decision, a cancel, a commit by another instance for a
+//!   session it runs), `f:` and the session (another instance now follows
+//!   one it runs, so its appends are announced); published by the scripts
+//!   that cause them, so an owner subscribes once, not once per session
 //!
 //! Every conditional write is one Lua script (`lua/*.lua`), because a
 //! check-then-write from the client would race with other replicas; a script

@@ -85,6 +85,8 @@ pub struct LlmGatewayEncoder {
     /// id → the subagent as its events name it.
     subagents: HashMap<String, AgentRef>,
     blocks: Blocks,
+    /// The main agent's run id as last made, with the turn it was made for.
+    main_run: Option<(Option<u32>, String)>,
 }
 
 /// What one event becomes: frames before its own (a subagent's start or
@@ -155,7 +157,18 @@ impl LlmGatewayEncoder {
         if self.session_id.as_deref() != Some(&*event.session_id) {
             self.session_id = Some(event.session_id.to_string());
         }
-        let Value::String(run_id) = self.run_id(agent) else { return None };
+        let subagent_run;
+        let run_id = if agent.parent_id.is_none() {
+            if self.main_run.as_ref().is_none_or(|(turn, _)| *turn != self.turn) {
+                let Value::String(run) = self.run_id(agent) else { return None };
+                self.main_run = Some((self.turn, run));
+            }
+            self.main_run.as_ref().map(|(_, run)| run.as_str()).unwrap_or_default()
+        } else {
+            let Value::String(run) = self.run_id(agent) else { return None };
+            subagent_run = run;
+            subagent_run.as_str()
+        };
         #[derive(serde::Serialize)]
         struct Delta<'a> {
             #[serde(rename = "agentId")]
@@ -174,7 +187,7 @@ impl LlmGatewayEncoder {
             content,
             id: self.blocks.id(&agent.agent_id, kind, event.seq),
             parent_id: agent.parent_id.as_deref(),
-            run_id: &run_id,
+            run_id,
             kind: name,
         };
         let data = serde_json::to_string(&delta).ok()?;

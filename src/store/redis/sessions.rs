@@ -13,7 +13,7 @@
 //! and epoch), or a later tenure's fence. `NOMKSTREAM` keeps a late append
 //! from making a deleted session's stream again.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, fmt::Write as _};
 
 use async_trait::async_trait;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
@@ -110,11 +110,13 @@ impl RedisStore {
     /// writes.
     async fn commit_round(&self, conn: &mut Conn, parts: &[Part<'_>]) -> Result<Vec<Replies>, RedisError> {
         let mut spread = Spread::default();
+        let mut id = String::new();
         for (group, part) in parts.iter().enumerate() {
             if let Some(append) = part.append {
                 let stream = self.keys.events(part.key);
                 for (i, event) in append.events.iter().enumerate() {
-                    let id = format!("{}-{}", append.epoch, append.first_seq + i as u64);
+                    id.clear();
+                    let _ = write!(id, "{}-{}", append.epoch, append.first_seq + i as u64);
                     spread
                         .answered_in(group)
                         .cmd("XADD")
@@ -122,7 +124,7 @@ impl RedisStore {
                         .arg("NOMKSTREAM")
                         .arg("MAXLEN")
                         .arg(self.max_len)
-                        .arg(id)
+                        .arg(&id)
                         .arg("e")
                         .arg(event);
                 }
@@ -248,7 +250,7 @@ impl RedisStore {
             .query_async(&mut self.connection())
             .await
             .map_err(map_err)?;
-        Ok(owner.as_deref() == Some(append.instance.as_str()) && epoch == Some(append.epoch))
+        Ok(owner.as_deref() == Some(&*append.instance) && epoch == Some(append.epoch))
     }
 
     /// With `store.wait_replicas`: returns once that many replicas hold

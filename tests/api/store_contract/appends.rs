@@ -20,7 +20,7 @@ impl Tenure {
     /// The owner's appends of `from..=to` (not yet sent).
     fn appends(&self, from: u64, to: u64) -> Append {
         Append {
-            instance: self.instance.clone(),
+            instance: self.instance.as_str().into(),
             epoch: self.epoch,
             first_seq: from,
             events: numbered(from, to),

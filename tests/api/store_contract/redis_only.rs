@@ -375,7 +375,7 @@ async fn a_log_of_an_older_build_is_read_and_continued() {
     assert_eq!((committed.epoch, committed.first_seq), (2, 4));
     let mut tenure = Tenure { key: k.clone(), instance: "new#1".into(), epoch: 2, n: 0, seq: 4 };
     let append = switchboard::store::Append {
-        instance: tenure.instance.clone(),
+        instance: tenure.instance.as_str().into(),
         epoch: 2,
         first_seq: 5,
         events: numbered(5, 6),
