@@ -127,9 +127,17 @@ fn frames(trace: &str, n: usize) -> String {
 static SITES: std::sync::Mutex<Vec<std::backtrace::Backtrace>> = std::sync::Mutex::new(Vec::new());
 static SAMPLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
+/// Turns the sampling of allocation sites on when `BUDGET_ALLOCATION_SITES`
+/// is set. Called once, before the counted threads start.
+pub fn sample_sites() {
+    let _ = SAMPLE.set(std::env::var_os("BUDGET_ALLOCATION_SITES").is_some());
+}
+
 /// Records where this (counted) allocation was made, one in 64.
 fn record_site() {
-    if !*SAMPLE.get_or_init(|| std::env::var_os("BUDGET_ALLOCATION_SITES").is_some()) {
+    // Set by `sample_sites` before anything is counted: reading the
+    // environment here would allocate inside this very call.
+    if SAMPLE.get() != Some(&true) {
         return;
     }
     if ALLOCATIONS.load(Ordering::Relaxed) % 64 != 0 || RECORDING.with(|r| r.replace(true)) {

@@ -199,6 +199,7 @@ fn answer(tokens: u32) -> String {
 
 #[test]
 fn a_streamed_token_stays_within_its_budget() {
+    alloc::sample_sites();
     let redis = RedisServer::start();
     let mock = Mock::start();
     let gateway = Gateway::start(&redis, &mock);
