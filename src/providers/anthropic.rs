@@ -24,7 +24,6 @@ use std::collections::{HashMap, VecDeque};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use eventsource_stream::Event;
 use reqwest::{RequestBuilder, header::HeaderValue};
 use serde_json::{Value, json};
 
@@ -32,7 +31,7 @@ use super::{
     ChatMessage, FinishReason, ImagePart, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role,
     Usage,
     retry::{self, Endpoint},
-    sse::Decoder,
+    sse::{Decoder, Event},
 };
 use crate::config::{ModelConfig, Secret};
 

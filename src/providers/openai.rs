@@ -19,14 +19,13 @@ use std::{
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use eventsource_stream::Event;
 use reqwest::RequestBuilder;
 use serde_json::{Value, json};
 
 use super::{
     ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role, Usage,
     retry::{self, Endpoint},
-    sse::Decoder,
+    sse::{Decoder, Event},
 };
 use crate::config::{ModelConfig, Secret};
 

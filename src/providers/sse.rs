@@ -13,12 +13,16 @@
 //! response out only if that was `idle` ago (else it sets itself to that
 //! moment).
 
+mod reader;
+
 use std::{collections::VecDeque, pin::Pin, time::Duration};
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
+use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 use tokio::time::Instant;
 
+pub(super) use self::reader::Event;
+use self::reader::{ParseError, Reader};
 use super::{ModelEvent, ModelStream, ProviderError};
 
 /// One provider's wire format: what each SSE event means.
@@ -35,11 +39,14 @@ pub(super) trait Decoder: Send + 'static {
     }
 }
 
-type SseStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+type Body = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
 /// Pulls [`ModelEvent`]s out of one upstream response.
 pub(super) struct Pump<D> {
-    events: SseStream,
+    body: Body,
+    reader: Reader,
+    /// The event being read (its strings reused from one to the next).
+    event: Event,
     decoder: D,
     pending: VecDeque<ModelEvent>,
     /// Until the first SSE event arrives, the first-byte deadline applies
@@ -57,7 +64,9 @@ pub(super) struct Pump<D> {
 impl<D: Decoder> Pump<D> {
     pub(super) fn new(response: reqwest::Response, decoder: D, first_byte_deadline: Instant, idle: Duration) -> Self {
         Self {
-            events: Box::pin(response.bytes_stream().eventsource()),
+            body: Box::pin(response.bytes_stream()),
+            reader: Reader::default(),
+            event: Event::default(),
             decoder,
             pending: VecDeque::new(),
             first_byte_deadline: Some(first_byte_deadline),
@@ -90,10 +99,18 @@ impl<D: Decoder> Pump<D> {
         // Idle counts from when the wait began (a slow reader of the
         // stream is not the upstream's silence).
         self.last_event = Instant::now();
-        let next = loop {
-            tokio::select! {
+        loop {
+            match self.reader.next_event(&mut self.event) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(ParseError::Utf8) => return Err(ProviderError::Protocol("stream is not valid UTF-8".into())),
+                Err(ParseError::LineTooLong) => {
+                    return Err(ProviderError::Protocol("an SSE line longer than the gateway reads".into()));
+                }
+            }
+            let next = tokio::select! {
                 biased;
-                next = self.events.next() => break next,
+                next = self.body.next() => next,
                 () = self.timer.as_mut() => {
                     if self.first_byte_deadline.is_some() {
                         return Err(timeout_first_byte());
@@ -103,26 +120,23 @@ impl<D: Decoder> Pump<D> {
                         return Err(ProviderError::Timeout("idle"));
                     }
                     self.timer.as_mut().reset(due);
+                    continue;
+                }
+            };
+            match next {
+                Some(Ok(bytes)) => self.reader.feed(&bytes),
+                Some(Err(error)) => return Err(ProviderError::Disconnected(describe(&error))),
+                None => {
+                    self.ended = true;
+                    return self.decoder.on_eof(&mut self.pending);
                 }
             }
-        };
+        }
         if self.first_byte_deadline.take().is_some() {
             self.timer.as_mut().reset(Instant::now() + self.idle_timeout);
         }
-        match next {
-            Some(Ok(event)) => {
-                self.ended = self.decoder.on_event(&event, &mut self.pending)?;
-                Ok(())
-            }
-            Some(Err(EventStreamError::Transport(error))) => Err(ProviderError::Disconnected(describe(&error))),
-            Some(Err(EventStreamError::Utf8(_))) => Err(ProviderError::Protocol("stream is not valid UTF-8".into())),
-            // The parser's error quotes the offending input: model output, so not repeated here.
-            Some(Err(EventStreamError::Parser(_))) => Err(ProviderError::Protocol("malformed SSE framing".into())),
-            None => {
-                self.ended = true;
-                self.decoder.on_eof(&mut self.pending)
-            }
-        }
+        self.ended = self.decoder.on_event(&self.event, &mut self.pending)?;
+        Ok(())
     }
 
     /// The rest of the response as a stream, `first` (already received) ahead.

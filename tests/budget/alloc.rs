@@ -155,7 +155,7 @@ pub fn print_sites() {
     let Ok(mut sites) = SITES.lock() else { return };
     let mut counts: std::collections::HashMap<String, u64> = Default::default();
     for site in sites.drain(..) {
-        *counts.entry(frames(&site.to_string(), 5)).or_default() += 1;
+        *counts.entry(frames(&site.to_string(), 10)).or_default() += 1;
     }
     let mut counts: Vec<_> = counts.into_iter().collect();
     counts.sort_by_key(|count| std::cmp::Reverse(count.1));

@@ -117,9 +117,10 @@ impl RedisStore {
                 for (i, event) in append.events.iter().enumerate() {
                     id.clear();
                     let _ = write!(id, "{}-{}", append.epoch, append.first_seq + i as u64);
-                    spread
-                        .answered_in(group)
-                        .cmd("XADD")
+                    // Sized up front: built per token, it would otherwise
+                    // grow its buffers a few times each.
+                    let mut xadd = redis::Cmd::with_capacity(8, stream.len() + id.len() + event.len() + 40);
+                    xadd.arg("XADD")
                         .arg(&stream)
                         .arg("NOMKSTREAM")
                         .arg("MAXLEN")
@@ -127,6 +128,7 @@ impl RedisStore {
                         .arg(&id)
                         .arg("e")
                         .arg(event);
+                    spread.answered_in(group).add_command(xadd);
                 }
                 // A commit after them announces them with its own events.
                 if append.announce && part.commit.is_none() {
@@ -151,7 +153,7 @@ impl RedisStore {
         }
         let wrote =
             out.iter().any(|r| r.appends.iter().any(Result::is_ok) || r.commit.as_ref().is_some_and(Result::is_ok));
-        if wrote {
+        if wrote && self.wait_replicas.0 > 0 {
             let written: Vec<String> = parts.iter().map(|p| self.keys.state(p.key)).collect();
             self.replicated(conn, &written, "commit").await?;
         }
