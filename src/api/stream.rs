@@ -95,7 +95,7 @@ pub fn encode(
         draining: Box::pin(state.sessions.draining().clone().cancelled_owned()),
         shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
         pending: VecDeque::new(),
-        frames: 0,
+        taken: 0,
         ended: false,
         title: TitleWatch::default(),
     };
@@ -126,7 +126,7 @@ struct Encoding {
     /// Frames encoded and not yet sent.
     pending: VecDeque<Frame>,
     /// Items taken from the follower.
-    frames: u64,
+    taken: u64,
     ended: bool,
     title: TitleWatch,
 }
@@ -183,10 +183,9 @@ impl Encoding {
             }
             // A follower that is always ready (a long replay) is checked for
             // a drain every so often; otherwise only while it waits.
-            self.frames += 1;
-            if self.frames % DRAIN_CHECK == 0 && futures::FutureExt::now_or_never(&mut self.draining).is_some() {
-                self.ended = true;
-                self.pending.extend(self.encoder.reconnect());
+            self.taken += 1;
+            if self.taken % DRAIN_CHECK == 0 && futures::FutureExt::now_or_never(&mut self.draining).is_some() {
+                self.drained();
                 continue;
             }
             let deadline = self.title.deadline;
@@ -196,8 +195,7 @@ impl Encoding {
                 biased;
                 item = self.follower.next() => item,
                 () = &mut self.draining => {
-                    self.ended = true;
-                    self.pending.extend(self.encoder.reconnect());
+                    self.drained();
                     continue;
                 }
                 () = &mut self.shutdown => return None,
@@ -259,6 +257,12 @@ impl Encoding {
             };
             self.pending.extend(frames);
         }
+    }
+
+    /// The replica drains: the stream ends with the dialect's rejoin frames.
+    fn drained(&mut self) {
+        self.ended = true;
+        self.pending.extend(self.encoder.reconnect());
     }
 
     /// After the turn's frames: follows the session on for its title, when

@@ -24,6 +24,21 @@ mod alloc;
 mod mock;
 mod redis_server;
 
+// The fault harness's own redis-server and what it needs (only starting
+// and stopping one is used here).
+#[allow(dead_code)]
+#[path = "../faults/harness/redis.rs"]
+mod own_redis;
+#[allow(dead_code)]
+#[path = "../faults/harness/ports.rs"]
+mod ports;
+#[allow(dead_code)]
+#[path = "../faults/harness/process.rs"]
+mod process;
+#[allow(dead_code)]
+#[path = "../faults/harness/tls.rs"]
+mod tls;
+
 use std::{
     sync::{
         Arc,
@@ -135,7 +150,11 @@ titles = false
     }
 
     fn counters(&self, redis: &RedisServer) -> Counters {
-        Counters { commands: redis.commands(), allocations: alloc::allocations(), polls: polls(&self.runtime) }
+        Counters {
+            commands: redis_server::commands(redis),
+            allocations: alloc::allocations(),
+            polls: polls(&self.runtime),
+        }
     }
 }
 
@@ -200,10 +219,10 @@ fn answer(tokens: u32) -> String {
 #[test]
 fn a_streamed_token_stays_within_its_budget() {
     alloc::sample_sites();
-    let redis = RedisServer::start();
+    let client = Client::new();
+    let redis = client.runtime.block_on(RedisServer::start());
     let mock = Mock::start();
     let gateway = Gateway::start(&redis, &mock);
-    let client = Client::new();
 
     client.chats(&gateway, 5, &format!("tokens:{SHORT} pace:{PACE_MS}"));
     let phase = |tokens: u32| {

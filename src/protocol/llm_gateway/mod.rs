@@ -57,7 +57,7 @@ pub mod summary;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use serde_json::{Map, Value, json};
 
@@ -85,7 +85,8 @@ pub struct LlmGatewayEncoder {
     /// id → the subagent as its events name it.
     subagents: HashMap<String, AgentRef>,
     blocks: Blocks,
-    /// The main agent's run id as last made, with the turn it was made for.
+    /// The main agent's run id as last made, with the turn it was made for
+    /// (of `session_id`: [`Self::set_session`] forgets it).
     main_run: Option<(Option<u32>, String)>,
 }
 
@@ -113,14 +114,28 @@ impl LlmGatewayEncoder {
 
     /// The run `agent`'s events belong to (see the module docs).
     fn run_id(&self, agent: &AgentRef) -> Value {
-        let Some(session) = &self.session_id else { return Value::Null };
+        self.run(agent).map_or(Value::Null, Value::String)
+    }
+
+    /// The run `agent`'s events belong to (`None` before any event).
+    fn run(&self, agent: &AgentRef) -> Option<String> {
+        let session = self.session_id.as_ref()?;
         let run = match self.turn {
             Some(turn) => format!("{session}:{turn}"),
             None => session.clone(),
         };
-        match agent.parent_id {
-            None => json!(run),
-            Some(_) => json!(format!("{run}:{}", agent.agent_id)),
+        Some(match agent.parent_id {
+            None => run,
+            Some(_) => format!("{run}:{}", agent.agent_id),
+        })
+    }
+
+    /// Notes the session the events are of; the main run's id made for
+    /// another goes with it.
+    fn set_session(&mut self, id: &str) {
+        if self.session_id.as_deref() != Some(id) {
+            self.session_id = Some(id.to_string());
+            self.main_run = None;
         }
     }
 
@@ -154,20 +169,15 @@ impl LlmGatewayEncoder {
         if agent.parent_id.is_some() && !self.subagents.contains_key(&agent.agent_id) {
             return None;
         }
-        if self.session_id.as_deref() != Some(&*event.session_id) {
-            self.session_id = Some(event.session_id.to_string());
-        }
-        let subagent_run;
-        let run_id = if agent.parent_id.is_none() {
-            if self.main_run.as_ref().is_none_or(|(turn, _)| *turn != self.turn) {
-                let Value::String(run) = self.run_id(agent) else { return None };
-                self.main_run = Some((self.turn, run));
+        self.set_session(&event.session_id);
+        let run_id = match agent.parent_id {
+            None => {
+                if self.main_run.as_ref().is_none_or(|(turn, _)| *turn != self.turn) {
+                    self.main_run = Some((self.turn, self.run(agent)?));
+                }
+                Cow::Borrowed(self.main_run.as_ref().map(|(_, run)| run.as_str())?)
             }
-            self.main_run.as_ref().map(|(_, run)| run.as_str()).unwrap_or_default()
-        } else {
-            let Value::String(run) = self.run_id(agent) else { return None };
-            subagent_run = run;
-            subagent_run.as_str()
+            Some(_) => Cow::Owned(self.run(agent)?),
         };
         #[derive(serde::Serialize)]
         struct Delta<'a> {
@@ -187,7 +197,7 @@ impl LlmGatewayEncoder {
             content,
             id: self.blocks.id(&agent.agent_id, kind, event.seq),
             parent_id: agent.parent_id.as_deref(),
-            run_id,
+            run_id: &run_id,
             kind: name,
         };
         let data = serde_json::to_string(&delta).ok()?;
@@ -196,7 +206,7 @@ impl LlmGatewayEncoder {
 
     /// Follows `event` (turn, blocks, subagents) and says what it becomes.
     fn translate(&mut self, event: &LogEvent) -> Translated {
-        self.session_id = Some(event.session_id.to_string());
+        self.set_session(&event.session_id);
         let agent = &event.event.agent;
         let main = agent.parent_id.is_none();
         let mut translated = Translated::default();
