@@ -183,6 +183,10 @@ pub struct StoreConfig {
     /// answered with "recovery failed").
     pub event_log_max_len: u64,
     pub lease_ttl: Duration,
+    /// How often this replica reads the other replicas' death hints
+    /// (`store.liveness_check_ms`, 0 = never: the lease alone; see
+    /// `sessions/ownership.rs`).
+    pub liveness_check: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -201,6 +205,7 @@ impl StoreConfig {
             session_ttl: Duration::from_secs(60),
             event_log_max_len: 10,
             lease_ttl: Duration::from_secs(10),
+            liveness_check: Some(Duration::from_millis(100)),
         }
     }
 }

@@ -89,6 +89,7 @@ pub struct RawStore {
     pub session_ttl_secs: Option<u64>,
     pub event_log_max_len: Option<u64>,
     pub lease_ttl_secs: Option<u64>,
+    pub liveness_check_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -129,6 +129,8 @@ struct Inner {
     /// Sessions whose turn stopped because the store failed: restarted here
     /// from their last commit once it answers.
     recovering: DashMap<SessionKey, ()>,
+    /// Instances found dead by their death hint (`ownership.rs`).
+    hinted: DashMap<String, ownership::Hinted>,
     tasks: TaskTracker,
     /// Cancelled at the end of shutdown: background tasks stop.
     shutdown: CancellationToken,
@@ -178,6 +180,7 @@ impl Sessions {
                 running: DashMap::new(),
                 idle: tokio::sync::Notify::new(),
                 recovering: DashMap::new(),
+                hinted: DashMap::new(),
                 tasks,
                 shutdown,
                 drain: CancellationToken::new(),

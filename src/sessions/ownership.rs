@@ -9,7 +9,22 @@
 //! the one that took its sessions: its next commit is refused and its turn
 //! stops.
 //!
-//! Three tasks, all on the app's tracker:
+//! An instance killed outright is seen sooner than its lease lapses: its
+//! connection to the store closes, and with it the liveness subscription
+//! it holds there (`store/redis/liveness.rs`). Every
+//! `store.liveness_check_ms` (100 ms) the hint checker reads the other
+//! instances' subscriber counts; one found silent on two reads
+//! [`HINT_CONFIRM`] apart, on the node it recorded and with the record it
+//! had, is taken as dead: its sessions are taken over now, by the same
+//! fenced commit as after a lapsed lease, and a request touching one of
+//! them takes it over too. The lease stays the bound for what the count
+//! cannot see (a stopped process, a host gone without a FIN, a store
+//! restart, a proxy without subscriptions). An instance found dead that
+//! records a new subscription afterwards lived: counted as a wrong hint
+//! (`switchboard_death_hints_total{outcome="wrong"}`); what was taken from
+//! it ran a step again, its own writes were refused by the fence.
+//!
+//! Four tasks, all on the app's tracker:
 //! - the heartbeat; on shutdown (after the drain) it marks the instance
 //!   gone, so whatever it still owns is taken over at the next sweep;
 //! - the sweep, every `lease_ttl / 3` and at once when a hand-off is
@@ -17,7 +32,8 @@
 //!   orphans (active sessions nobody owns: handed off by a draining
 //!   replica), and restarts this instance's turns that the store stopped;
 //! - the waker: passes wake-ups heard on the subscription to the turns
-//!   running here (a decision, a cancel, a takeover elsewhere).
+//!   running here (a decision, a cancel, a takeover elsewhere);
+//! - the hint checker (unless `store.liveness_check_ms = 0`), above.
 //!
 //! A session needs an owner while a turn runs and while its title is due
 //! (the title phase after a turn's end): either is taken over.
@@ -32,6 +48,7 @@ use std::{sync::atomic::Ordering, time::Duration};
 
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use super::{Sessions, Stop, fence_of, hub::Wake};
 use crate::{
@@ -47,6 +64,20 @@ const DEAD_BATCH: usize = 16;
 const TAKEOVERS_AT_ONCE: usize = 16;
 /// Events per store read when looking at a cut step.
 const PARTIAL_PAGE: usize = 500;
+/// How long a silent liveness subscription must stay silent before its
+/// instance is taken as dead: a connection that was replaced (a
+/// reconnection) has subscribed again by then.
+const HINT_CONFIRM: Duration = Duration::from_millis(30);
+
+/// An instance the hint checker found dead.
+#[derive(Debug, Clone)]
+pub(super) struct Hinted {
+    /// Its liveness record when it was found dead: another one later means
+    /// it lived.
+    record: String,
+    /// Nothing it owned is left to take over.
+    cleared: bool,
+}
 
 /// Where a takeover's run comes from.
 pub(super) struct Takeover {
@@ -84,7 +115,9 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
     let tasks = sessions.inner.tasks.clone();
     let shutdown = sessions.inner.shutdown.clone();
     let sweep_now = std::sync::Arc::new(Notify::new());
-    let beating = std::sync::Arc::new(Notify::new());
+    // Cancelled at the first beat: nothing is taken over before this
+    // instance is known to be alive.
+    let beating = CancellationToken::new();
 
     let heart = sessions.clone();
     let stop = shutdown.clone();
@@ -99,9 +132,7 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
                 () = stop.cancelled() => break,
             }
             if heart.heartbeat(beat_before).await {
-                if !beat_before {
-                    first_beat.notify_one();
-                }
+                first_beat.cancel();
                 beat_before = true;
             }
         }
@@ -112,13 +143,34 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
         }
     });
 
+    if let Some(every) = sessions.config().store.liveness_check {
+        let checker = sessions.clone();
+        let stop = shutdown.clone();
+        let alive = beating.clone();
+        tasks.spawn(async move {
+            tokio::select! {
+                () = alive.cancelled() => {}
+                () = stop.cancelled() => return,
+            }
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stop.cancelled() => break,
+                }
+                checker.check_liveness().await;
+            }
+        });
+    }
+
     let sweeper = sessions.clone();
     let stop = shutdown.clone();
     let woken = sweep_now.clone();
     tasks.spawn(async move {
         // Take nothing over before this instance is known to be alive.
         tokio::select! {
-            () = beating.notified() => {}
+            () = beating.cancelled() => {}
             () = stop.cancelled() => return,
         }
         let mut tick = tokio::time::interval(period);
@@ -166,6 +218,7 @@ pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey,
     let expect = match &record.owner {
         None => Expect::Nobody,
         Some(owner) if owner == sessions.instance() => return,
+        Some(owner) if sessions.inner.hinted.contains_key(owner) => Expect::Dead(owner.clone()),
         Some(owner) => match sessions.store().replicas.alive(owner).await {
             Ok(false) => Expect::Dead(owner.clone()),
             Ok(true) | Err(_) => return,
@@ -343,15 +396,65 @@ impl Sessions {
         }
     }
 
-    /// Takes over what `instance` (dead) owned; forgets it when nothing is left.
-    async fn sweep_dead(&self, instance: &str) {
-        let Ok(owned) = self.store().replicas.owned(instance, SWEEP_BATCH).await else { return };
+    /// One pass of the hint checker: instances found dead (see the module
+    /// docs), those found alive again, and what the dead still own.
+    async fn check_liveness(&self) {
+        if self.inner.drain.is_cancelled() || self.inner.halted.load(Ordering::SeqCst) {
+            return;
+        }
+        let replicas = &self.store().replicas;
+        let Ok(rows) = replicas.liveness(None).await else { return };
+        let hinted = &self.inner.hinted;
+        hinted.retain(|instance, hint| match rows.iter().find(|row| &row.instance == instance) {
+            Some(row) if row.record != hint.record => {
+                tracing::warn!(instance = %instance, "a replica found dead subscribed again: it lived");
+                self.inner.metrics.death_hint("wrong");
+                false
+            }
+            Some(_) => true,
+            // Forgotten: its lease lapsed and nothing it owned is left.
+            None => false,
+        });
+        let silent: Vec<(String, String)> = rows
+            .into_iter()
+            .filter(|row| row.silent && !hinted.contains_key(&row.instance))
+            .map(|row| (row.instance, row.record))
+            .collect();
+        if !silent.is_empty() {
+            tokio::time::sleep(HINT_CONFIRM).await;
+            let instances: Vec<String> = silent.iter().map(|(instance, _)| instance.clone()).collect();
+            let Ok(again) = replicas.liveness(Some(&instances)).await else { return };
+            for row in again {
+                if row.silent && silent.iter().any(|(i, record)| *i == row.instance && *record == row.record) {
+                    tracing::info!(instance = %row.instance, "a replica's connection to the store closed: taking its sessions over");
+                    self.inner.metrics.death_hint("dead");
+                    hinted.insert(row.instance, Hinted { record: row.record, cleared: false });
+                }
+            }
+        }
+        let uncleared: Vec<String> =
+            hinted.iter().filter(|hint| !hint.cleared).map(|hint| hint.key().clone()).collect();
+        for instance in uncleared {
+            if self.sweep_dead(&instance).await == 0
+                && let Some(mut hint) = hinted.get_mut(&instance)
+            {
+                hint.cleared = true;
+            }
+        }
+    }
+
+    /// Takes over what `instance` (dead) owned; forgets it when nothing is
+    /// left. Returns how many of its sessions it found.
+    async fn sweep_dead(&self, instance: &str) -> usize {
+        let Ok(owned) = self.store().replicas.owned(instance, SWEEP_BATCH).await else { return 1 };
+        let found = owned.len();
         let outcomes = self.take_all(owned, Expect::Dead(instance.to_string())).await;
         let done: Vec<SessionKey> =
             outcomes.into_iter().filter(|(_, outcome)| *outcome != Outcome::Failed).map(|(key, _)| key).collect();
         if let Err(e) = self.store().replicas.disown(instance, &done).await {
             tracing::debug!(error = %e, "cannot update a dead instance's sessions");
         }
+        found
     }
 
     async fn take_all(&self, keys: Vec<SessionKey>, expect: Expect) -> Vec<(SessionKey, Outcome)> {

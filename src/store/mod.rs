@@ -419,6 +419,31 @@ pub trait Replicas: Send + Sync {
 
     /// `key` is no longer an orphan.
     async fn adopted(&self, key: &SessionKey) -> Result<(), StoreError>;
+
+    /// The death hints of other instances: for each instance that recorded
+    /// a liveness subscription (`only`: of these alone), its record and
+    /// whether the subscription is gone while the node that held it is
+    /// still the one it recorded ([`Liveness::silent`]). Empty where the
+    /// store has no such signal (one process's memory) or it was found
+    /// unreliable (a proxy that does not pass subscriptions through).
+    async fn liveness(&self, _only: Option<&[String]>) -> Result<Vec<Liveness>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// One instance's death hint ([`Replicas::liveness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Liveness {
+    pub instance: String,
+    /// What the instance recorded when it last subscribed: the node and its
+    /// subscription's generation. A new value means it subscribed again
+    /// (it lives).
+    pub record: String,
+    /// Nobody listens on its channel, on the node it recorded: its
+    /// connection to the store closed (the process died, or lost the
+    /// connection). Never true across a node's restart or failover (the
+    /// node is another).
+    pub silent: bool,
 }
 
 /// Relay id → session, for the relay endpoint that names only the relay.

@@ -63,6 +63,7 @@
 
 mod catalog;
 mod conn;
+mod liveness;
 mod log;
 mod quotas;
 mod repair;
@@ -235,6 +236,17 @@ impl Keys {
     fn instance_channel(&self, instance: &str) -> String {
         format!("{}{instance}", self.instance_channel_prefix())
     }
+    /// An instance's liveness channel ([`liveness`]): never published on,
+    /// its subscriber count is the hint. Tagged by the instance: on a
+    /// cluster a shard channel, spread over the slots.
+    fn live_channel(&self, instance: &str) -> String {
+        format!("{}live:{{{instance}}}", self.prefix)
+    }
+    /// Hash instance → `<node> <generation>`: where each instance's
+    /// liveness subscription was last confirmed.
+    fn live(&self) -> String {
+        format!("{}live", self.prefix)
+    }
 }
 
 pub struct RedisStore {
@@ -252,6 +264,9 @@ pub struct RedisStore {
     /// Index hints lost on their way, and the task writing them again.
     repairs: Arc<Repairs>,
     _repairer: AbortOnDropHandle<()>,
+    /// Death hints ([`liveness`]), and the task recording this instance's.
+    hints: Arc<liveness::Hints>,
+    recorder: std::sync::Mutex<Option<AbortOnDropHandle<()>>>,
 }
 
 impl RedisStore {
@@ -318,6 +333,8 @@ impl RedisStore {
             subscriber,
             repairs,
             _repairer: AbortOnDropHandle::new(tokio::spawn(repairer.run())),
+            hints: Arc::default(),
+            recorder: std::sync::Mutex::new(None),
         })
     }
 
@@ -377,7 +394,19 @@ impl Notifications for RedisStore {
     }
 
     async fn listen(&self, instance: &str) -> Result<(), StoreError> {
-        self.subscriber.listen(self.keys.instance_channel(instance)).await
+        let mut recorder = self.recorder.lock().expect("not poisoned").take();
+        if recorder.is_none() {
+            self.hints.set_instance(instance);
+            let record = liveness::record(
+                self.connection(),
+                self.keys.clone(),
+                self.hints.clone(),
+                self.subscriber.subscribed(),
+            );
+            recorder = Some(AbortOnDropHandle::new(tokio::spawn(record)));
+        }
+        *self.recorder.lock().expect("not poisoned") = recorder;
+        self.subscriber.listen(self.keys.instance_channel(instance), self.keys.live_channel(instance)).await
     }
 
     async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {
@@ -455,6 +484,8 @@ mod tests {
         assert_eq!(keys.relay_legacy("r1"), "sb:relay:r1");
         assert_eq!(keys.channel(&key), "sb:{t:acme:s:s1}:n");
         assert_eq!(keys.instance_channel("a#1"), "sb:i:a#1");
+        assert_eq!(keys.live_channel("a#1"), "sb:live:{a#1}");
+        assert_eq!(keys.live(), "sb:live");
     }
 
     #[tokio::test]

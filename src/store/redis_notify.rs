@@ -19,13 +19,19 @@
 //! the channel is subscribed at reconnection, announced by that notice.
 //! What the messages *mean* (channel and payload formats) is the store's; this
 //! module only forwards them to the session layer, never dropping one.
+//!
+//! The replica's liveness channel (see [`liveness`](super::redis::liveness))
+//! is subscribed with its own channel and never published on: its
+//! subscriber count is the death hint. After every moment every channel is
+//! confirmed subscribed, the task bumps a generation ([`Subscriber::subscribed`])
+//! for the store to record which node holds the subscription now.
 
 use std::{collections::HashMap, time::Duration};
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::{
-    sync::{mpsc, oneshot},
+    sync::{mpsc, oneshot, watch},
     time::{Instant, MissedTickBehavior, interval_at, sleep, timeout},
 };
 use tokio_util::task::AbortOnDropHandle;
@@ -49,6 +55,7 @@ const COMMAND_QUEUE: usize = 256;
 /// Handle to the subscription task. Dropping it stops the task.
 pub(super) struct Subscriber {
     commands: mpsc::Sender<Command>,
+    subscribed: watch::Receiver<u64>,
     _task: AbortOnDropHandle<()>,
 }
 
@@ -62,10 +69,12 @@ pub(super) enum Command {
         channel: String,
         done: oneshot::Sender<()>,
     },
-    /// This replica's own channel (wake-ups for the sessions it runs):
-    /// listened to from now on, like the hand-off channel.
+    /// This replica's own channel (wake-ups for the sessions it runs) and
+    /// its liveness channel: listened to from now on, like the hand-off
+    /// channel.
     Listen {
         channel: String,
+        live: String,
         done: oneshot::Sender<()>,
     },
 }
@@ -76,8 +85,9 @@ impl Subscriber {
     /// `orphans` is the channel of hand-off announcements, always listened to.
     pub(super) fn spawn(client: redis::Client, notices: mpsc::Sender<Notice>, orphans: String) -> Self {
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
-        let task = Task { client, notices, commands: receiver, watched: Watches::default(), orphans };
-        Self { commands, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) }
+        let (generation, subscribed) = watch::channel(0);
+        let task = Task { client, notices, commands: receiver, watched: Watches::default(), orphans, generation };
+        Self { commands, subscribed, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) }
     }
 
     /// The same on a Redis Cluster ([`redis_notify_cluster`](super::redis_notify_cluster)):
@@ -94,8 +104,10 @@ impl Subscriber {
             .build()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
-        let task = super::redis_notify_cluster::Task { client, pushes, notices, commands: receiver, orphans };
-        Ok(Self { commands, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) })
+        let (generation, subscribed) = watch::channel(0);
+        let task =
+            super::redis_notify_cluster::Task { client, pushes, notices, commands: receiver, orphans, generation };
+        Ok(Self { commands, subscribed, _task: AbortOnDropHandle::new(tokio::spawn(task.run())) })
     }
 
     /// Counts one more watcher of `channel` (whose messages are about `key`).
@@ -107,9 +119,17 @@ impl Subscriber {
         self.request(|done| Command::Unwatch { channel, done }).await
     }
 
-    /// Listens to `channel`, this replica's own, from now on.
-    pub(super) async fn listen(&self, channel: String) -> Result<(), StoreError> {
-        self.request(|done| Command::Listen { channel, done }).await
+    /// Listens to `channel`, this replica's own, and subscribes `live`,
+    /// its liveness channel, from now on.
+    pub(super) async fn listen(&self, channel: String, live: String) -> Result<(), StoreError> {
+        self.request(|done| Command::Listen { channel, live, done }).await
+    }
+
+    /// Bumped each time every channel, the liveness channel among them, is
+    /// confirmed subscribed (a connection's first subscriptions, a
+    /// reconnection's, a `listen`'s); 0 before the first.
+    pub(super) fn subscribed(&self) -> watch::Receiver<u64> {
+        self.subscribed.clone()
     }
 
     async fn request(&self, command: impl FnOnce(oneshot::Sender<()>) -> Command) -> Result<(), StoreError> {
@@ -134,6 +154,8 @@ pub(super) struct Watches {
     /// This replica's own channel, once known: its messages name the
     /// session (`w:<tenant>/<id>`, `f:<tenant>/<id>`).
     own: Option<String>,
+    /// Its liveness channel (no messages: the subscription is the point).
+    live: Option<String>,
 }
 
 impl Watches {
@@ -156,18 +178,26 @@ impl Watches {
     }
 
     pub(super) fn contains(&self, channel: &str) -> bool {
-        self.channels.contains_key(channel) || self.own.as_deref() == Some(channel)
+        self.channels.contains_key(channel)
+            || self.own.as_deref() == Some(channel)
+            || self.live.as_deref() == Some(channel)
     }
 
-    /// Sets this replica's own channel; true if it is new (subscribe).
-    pub(super) fn listen(&mut self, channel: String) -> bool {
-        let new = self.own.as_ref() != Some(&channel);
+    /// Sets this replica's own and liveness channels; true if they are new
+    /// (subscribe).
+    pub(super) fn listen(&mut self, channel: String, live: String) -> bool {
+        let new = self.own.as_ref() != Some(&channel) || self.live.as_ref() != Some(&live);
         self.own = Some(channel);
+        self.live = Some(live);
         new
     }
 
     pub(super) fn own(&self) -> Option<&String> {
         self.own.as_ref()
+    }
+
+    pub(super) fn live(&self) -> Option<&String> {
+        self.live.as_ref()
     }
 
     pub(super) fn channels(&self) -> impl Iterator<Item = &String> {
@@ -206,6 +236,14 @@ struct Task {
     watched: Watches,
     /// The hand-off channel ([`Notice::Orphaned`]).
     orphans: String,
+    /// Bumped when every channel is confirmed subscribed.
+    generation: watch::Sender<u64>,
+}
+
+/// Bumps `generation` (every channel, the liveness channel among them, is
+/// subscribed now).
+pub(super) fn bump(generation: &watch::Sender<u64>) {
+    generation.send_modify(|g| *g += 1);
 }
 
 /// Why a connected period ended.
@@ -233,6 +271,9 @@ impl Task {
                     failures = 0;
                     if owe_resubscribed {
                         let _ = self.notices.send(Notice::Resubscribed).await;
+                    }
+                    if self.watched.live().is_some() {
+                        bump(&self.generation);
                     }
                     let since = Instant::now();
                     match self.serve(sink, stream).await {
@@ -275,6 +316,9 @@ impl Task {
         subscribe(&mut sink, &self.orphans).await?;
         if let Some(own) = self.watched.own() {
             subscribe(&mut sink, own).await?;
+        }
+        if let Some(live) = self.watched.live() {
+            subscribe(&mut sink, live).await?;
         }
         for channel in self.watched.channels() {
             subscribe(&mut sink, channel).await?;
@@ -357,10 +401,20 @@ impl Task {
                 let _ = done.send(());
                 result
             }
-            Command::Listen { channel, done } => {
-                let new = self.watched.listen(channel.clone());
+            Command::Listen { channel, live, done } => {
+                let new = self.watched.listen(channel.clone(), live.clone());
                 let result = match sink {
-                    Some(sink) if new => subscribe(sink, &channel).await,
+                    Some(sink) if new => {
+                        let result = async {
+                            subscribe(sink, &channel).await?;
+                            subscribe(sink, &live).await
+                        }
+                        .await;
+                        if result.is_ok() {
+                            bump(&self.generation);
+                        }
+                        result
+                    }
                     _ => Ok(()),
                 };
                 let _ = done.send(());

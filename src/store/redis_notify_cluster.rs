@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value, cluster::ClusterClient, cluster_async::ClusterConnection};
 use tokio::{
-    sync::mpsc,
+    sync::{mpsc, watch},
     time::{Instant, MissedTickBehavior, interval_at, sleep_until, timeout},
 };
 
 use super::{
     Notice,
-    redis_notify::{Command, Watches},
+    redis_notify::{Command, Watches, bump},
 };
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -42,6 +42,7 @@ pub(super) struct Task {
     pub(super) notices: mpsc::Sender<Notice>,
     pub(super) commands: mpsc::Receiver<Command>,
     pub(super) orphans: String,
+    pub(super) generation: watch::Sender<u64>,
 }
 
 struct State {
@@ -74,7 +75,7 @@ impl Task {
                     None => return,
                 },
                 command = self.commands.recv() => match command {
-                    Some(command) => state.apply(command).await,
+                    Some(command) => state.apply(command, &self.generation).await,
                     None => return,
                 },
                 _ = sleep_until(repair_at.unwrap_or_else(Instant::now)), if repair_at.is_some() => {
@@ -134,6 +135,11 @@ impl Task {
             if let Some(own) = state.watched.own() {
                 command_on(connection, "SUBSCRIBE", own).await?;
             }
+            // A shard channel: subscribed on its slot's primary, where its
+            // subscriber count is read.
+            if let Some(live) = state.watched.live() {
+                command_on(connection, "SSUBSCRIBE", live).await?;
+            }
             let channels: Vec<String> = state.watched.channels().cloned().collect();
             for channel in channels {
                 command_on(connection, "SSUBSCRIBE", &channel).await?;
@@ -150,6 +156,9 @@ impl Task {
                 state.repair_at = None;
                 state.backoff = MIN_BACKOFF;
                 state.owe_resubscribed = false;
+                if state.watched.live().is_some() {
+                    bump(&self.generation);
+                }
             }
             Err(reason) => {
                 if state.backoff == MIN_BACKOFF {
@@ -177,7 +186,7 @@ impl State {
 
     /// Counts, and `SSUBSCRIBE`/`SUNSUBSCRIBE` on 0↔1 when connected and
     /// not repairing (a repair subscribes every watched channel anyway).
-    async fn apply(&mut self, command: Command) {
+    async fn apply(&mut self, command: Command, generation: &watch::Sender<u64>) {
         match command {
             Command::Watch { channel, key, done } => {
                 if self.watched.add(&channel, key)
@@ -200,13 +209,20 @@ impl State {
                 let _ = done.send(());
             }
             // A plain channel: a cluster broadcasts it to every node.
-            Command::Listen { channel, done } => {
-                if self.watched.listen(channel.clone())
+            Command::Listen { channel, live, done } => {
+                if self.watched.listen(channel.clone(), live.clone())
                     && self.repair_at.is_none()
                     && let Some(connection) = self.connection.as_mut()
-                    && command_on(connection, "SUBSCRIBE", &channel).await.is_err()
                 {
-                    self.lost("SUBSCRIBE failed");
+                    let subscribed = async {
+                        command_on(connection, "SUBSCRIBE", &channel).await?;
+                        command_on(connection, "SSUBSCRIBE", &live).await
+                    }
+                    .await;
+                    match subscribed {
+                        Ok(()) => bump(generation),
+                        Err(_) => self.lost("SUBSCRIBE failed"),
+                    }
                 }
                 let _ = done.send(());
             }

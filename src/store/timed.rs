@@ -11,8 +11,8 @@ use tracing::Instrument as _;
 
 use super::{
     CancelRequest, Catalog, Commit, CommitError, Committed, Decided, Deleted, Deletion, EventLog, Health, ListPosition,
-    ListScope, Listed, LogRange, Notifications, Quotas, RateDecision, Record, RelayIndex, Replicas, SessionKey,
-    SessionStore, SessionWrite, StoreError, TokenWindow, Wrote,
+    ListScope, Listed, Liveness, LogRange, Notifications, Quotas, RateDecision, Record, RelayIndex, Replicas,
+    SessionKey, SessionStore, SessionWrite, StoreError, TokenWindow, Wrote,
 };
 use crate::telemetry::{attributes as attr, metrics::Metrics};
 
@@ -144,6 +144,10 @@ impl<B: Replicas> Replicas for Timed<B> {
 
     async fn orphans(&self, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
         self.time("replicas.orphans", self.inner.orphans(limit)).await
+    }
+
+    async fn liveness(&self, only: Option<&[String]>) -> Result<Vec<Liveness>, StoreError> {
+        self.time("replicas.liveness", self.inner.liveness(only)).await
     }
 
     async fn adopted(&self, key: &SessionKey) -> Result<(), StoreError> {

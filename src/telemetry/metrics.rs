@@ -96,6 +96,15 @@ pub struct IndexLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeathHintLabels {
+    /// `dead` (an instance found dead by its liveness subscription: its
+    /// sessions are taken over before its lease lapses) or `wrong` (one so
+    /// found subscribed again afterwards: it lived, and what was taken
+    /// from it ran a step again).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CorsLabels {
     /// `preflight` or `request` (an origin no list names), `tenant` (an
     /// origin only another tenant lists, used with this tenant's credential).
@@ -119,6 +128,8 @@ pub struct Metrics {
     pub resumes: Family<DialectLabels, Counter>,
     /// Sessions this replica took over from a dead one.
     pub takeovers: Counter,
+    /// Instances found dead by the death hint, and hints found wrong.
+    pub death_hints: Family<DeathHintLabels, Counter>,
     pub store_duration: Family<StoreLabels, Histogram>,
     /// Index entries lost on a cluster, repaired, dropped.
     pub store_index_entries: Family<IndexLabels, Counter>,
@@ -164,7 +175,13 @@ impl Metrics {
         let resumes = Family::<DialectLabels, Counter>::default();
         r.register("resumes", "Paused turns resumed by a client", resumes.clone());
         let takeovers = Counter::default();
-        r.register("takeovers", "Sessions taken over from a replica whose lease lapsed", takeovers.clone());
+        r.register("takeovers", "Sessions taken over from a replica that died or handed them off", takeovers.clone());
+        let death_hints = Family::<DeathHintLabels, Counter>::default();
+        r.register(
+            "death_hints",
+            "Replicas found dead by their liveness subscription (dead), and such findings proved wrong (wrong)",
+            death_hints.clone(),
+        );
         let store_duration = histograms!(0.0001, 16);
         r.register(
             "store_operation_duration_seconds",
@@ -193,6 +210,7 @@ impl Metrics {
             relays,
             resumes,
             takeovers,
+            death_hints,
             store_duration,
             store_index_entries,
             cors_refused,
@@ -221,6 +239,10 @@ impl Metrics {
 
     pub fn tool_call(&self, kind: &str, outcome: &str) {
         self.tool_calls.get_or_create(&ToolLabels { kind: kind.to_string(), outcome: outcome.to_string() }).inc();
+    }
+
+    pub fn death_hint(&self, outcome: &str) {
+        self.death_hints.get_or_create(&DeathHintLabels { outcome: outcome.to_string() }).inc();
     }
 
     pub fn relay(&self, event: &str) {

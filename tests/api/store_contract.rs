@@ -71,6 +71,7 @@ fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConf
         session_ttl: Duration::from_secs(60),
         event_log_max_len,
         lease_ttl: Duration::from_secs(10),
+        liveness_check: Some(Duration::from_millis(100)),
     }
 }
 

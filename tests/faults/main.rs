@@ -11,6 +11,7 @@
 // Not every test uses every method of the harness.
 mod cluster_failover;
 mod coding_chat;
+mod fast_takeover;
 #[allow(dead_code)]
 mod harness;
 mod kill9_trials;

@@ -36,6 +36,7 @@ fn open(target: RedisTarget, tls: RedisTls) -> (Store, mpsc::Receiver<Notice>) {
         session_ttl: Duration::from_secs(60),
         event_log_max_len: 100,
         lease_ttl: Duration::from_secs(10),
+        liveness_check: Some(Duration::from_millis(100)),
     };
     let (tx, rx) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
     (Store::open(&config, tx, Default::default()).expect("the store opens"), rx)

@@ -21,6 +21,9 @@ use super::{
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// The longest `store.commit_linger_ms`.
 const MAX_COMMIT_LINGER_MS: u64 = 1000;
+/// The longest `store.liveness_check_ms`, and its default.
+const MAX_LIVENESS_CHECK_MS: u64 = 5_000;
+const DEFAULT_LIVENESS_CHECK_MS: u64 = 100;
 /// The longest `store.append_tick_us`, and its default.
 const MAX_APPEND_TICK_US: u64 = 10_000;
 const DEFAULT_APPEND_TICK_US: u64 = 1000;
@@ -105,6 +108,17 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)
             .unwrap_or(10_000),
         lease_ttl: secs(positive(&mut errors, "store.lease_ttl_secs", raw.store.lease_ttl_secs), 10),
+        liveness_check: match raw.store.liveness_check_ms {
+            Some(0) => None,
+            Some(ms) if ms > MAX_LIVENESS_CHECK_MS => {
+                errors.push(
+                    "store.liveness_check_ms",
+                    format!("at most {MAX_LIVENESS_CHECK_MS} (the lease takes over after a few seconds anyway), or 0 for no death hints"),
+                );
+                None
+            }
+            ms => Some(Duration::from_millis(ms.unwrap_or(DEFAULT_LIVENESS_CHECK_MS))),
+        },
     };
 
     let agent = AgentConfig {

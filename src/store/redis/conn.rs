@@ -170,6 +170,37 @@ impl Conn {
         Ok(sent)
     }
 
+    /// Whether this is a cluster's connection.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
+    /// Runs `commands` in order on the node that holds `key`'s slot (its
+    /// primary): one pipeline on one Redis; on a cluster each routed to
+    /// that node in turn, so a later one sees the node the earlier one did
+    /// or a newer one (after a failover), never an older one.
+    pub(super) async fn on_node_of(&mut self, key: &str, commands: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        match self {
+            Conn::Node(manager) => {
+                let mut pipe = redis::pipe();
+                for command in commands {
+                    pipe.add_command(command);
+                }
+                pipe.query_async(manager).await
+            }
+            Conn::Cluster(cluster) => {
+                let mut connection = cluster.get().await?;
+                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let mut replies = Vec::with_capacity(commands.len());
+                for command in commands {
+                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    replies.push(connection.route_command(command, routing).await?);
+                }
+                Ok(replies)
+            }
+        }
+    }
+
     /// Waits until `replicas` replicas have every write this connection
     /// made (`WAIT`), at most `timeout_ms`; answers how many did. On a
     /// cluster, the primaries of `keys` (those the writes went to) are

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{INDEX_BUCKETS, RedisStore, conn::Spread, map_err, millis};
-use crate::store::{Replicas, SessionKey, StoreError};
+use super::{INDEX_BUCKETS, RedisStore, conn::Spread, liveness, map_err, millis};
+use crate::store::{Liveness, Replicas, SessionKey, StoreError};
 
 #[async_trait]
 impl Replicas for RedisStore {
@@ -39,15 +39,19 @@ impl Replicas for RedisStore {
     }
 
     async fn leave(&self, instance: &str) -> Result<(), StoreError> {
-        // Deadline 0: dead at once, so the sweep looks at what it still owns.
-        redis::cmd("ZADD")
-            .arg(self.keys.replicas())
-            .arg(0)
-            .arg(instance)
-            .query_async::<i64>(&mut self.connection())
-            .await
-            .map(drop)
-            .map_err(map_err)
+        // Deadline 0: dead at once, so the sweep looks at what it still
+        // owns; and no liveness record to read.
+        let mut spread = Spread::default();
+        spread.answered().cmd("ZADD").arg(self.keys.replicas()).arg(0).arg(instance);
+        spread.answered().cmd("HDEL").arg(self.keys.live()).arg(instance);
+        for reply in self.send(&mut self.connection(), spread).await.map_err(map_err)? {
+            reply.map_err(map_err)?;
+        }
+        Ok(())
+    }
+
+    async fn liveness(&self, only: Option<&[String]>) -> Result<Vec<Liveness>, StoreError> {
+        liveness::read(&self.connection, &self.keys, &self.hints, only).await
     }
 
     async fn dead(&self, limit: usize) -> Result<Vec<String>, StoreError> {
@@ -92,7 +96,7 @@ impl Replicas for RedisStore {
             left += redis::from_redis_value::<u64>(reply.map_err(map_err)?).map_err(|e| map_err(e.into()))?;
         }
         if left == 0 {
-            let _: i64 = self
+            let forgotten: i64 = self
                 .scripts
                 .forget_replica
                 .key(self.keys.replicas())
@@ -100,6 +104,14 @@ impl Replicas for RedisStore {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(map_err)?;
+            if forgotten == 1 {
+                redis::cmd("HDEL")
+                    .arg(self.keys.live())
+                    .arg(instance)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+            }
         }
         Ok(())
     }

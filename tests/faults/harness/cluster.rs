@@ -162,6 +162,22 @@ impl Cluster {
         Self { redis, redis_cluster, upstream, tools, replicas, token: config::token(), http }
     }
 
+    /// The value of the metric sample `sample` (its name and labels as
+    /// exposed, `switchboard_takeovers_total`) on replica `on`; 0 when it
+    /// is not exposed yet.
+    pub async fn metric(&self, on: usize, sample: &str) -> f64 {
+        let text = self
+            .http
+            .get(self.replicas[on].url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics text");
+        text.lines().find_map(|line| line.strip_prefix(sample)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+    }
+
     /// The test's own Redis (tests that freeze or restart it run on one).
     pub fn redis(&mut self) -> &mut OwnRedis {
         self.redis.as_mut().expect("this test runs on one Redis of its own")

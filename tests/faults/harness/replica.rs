@@ -120,6 +120,17 @@ impl Replica {
         }
     }
 
+    /// Stops the process (SIGSTOP): its connections stay open, it does
+    /// nothing (a stuck process, as its peers see it).
+    pub fn freeze(&self) {
+        process::signal(self.pid().expect("a running replica"), "STOP");
+    }
+
+    /// Lets a frozen replica go on (SIGCONT).
+    pub fn thaw(&self) {
+        process::signal(self.pid().expect("a running replica"), "CONT");
+    }
+
     /// Asks the replica to drain and exit (SIGTERM); see [`Replica::wait_exit`].
     pub fn sigterm(&self) {
         process::signal(self.pid().expect("a running replica"), "TERM");
