@@ -152,6 +152,9 @@ pub struct GatewayOptions {
     pub tool_permission: &'static str,
     /// `store.lease_ttl_secs` (default 10).
     pub lease_ttl_secs: u64,
+    /// `store.liveness_check_ms` (default 100; 0: no death hints, the
+    /// lease alone).
+    pub liveness_check_ms: u64,
     /// A Redis Cluster's seeds instead of `redis_url`, and `[store]
     /// wait_replicas`.
     pub redis_cluster: Option<Vec<String>>,
@@ -175,6 +178,7 @@ impl GatewayOptions {
             mock,
             tool_permission: "allow",
             lease_ttl_secs: 10,
+            liveness_check_ms: 100,
             redis_cluster: None,
             wait_replicas: 0,
             commit_linger_ms: 0,
@@ -210,6 +214,7 @@ wait_replicas = {wait_replicas}
 commit_linger_ms = {linger}
 key_prefix = "{prefix}"
 lease_ttl_secs = {lease}
+liveness_check_ms = {liveness}
 
 [agent]
 relay_timeout_secs = 3600
@@ -245,6 +250,7 @@ permission = "{permission}"
             mock = options.mock,
             permission = options.tool_permission,
             lease = options.lease_ttl_secs,
+            liveness = options.liveness_check_ms,
             upstream_h2c = options.upstream_h2c,
         );
         let path = dir.path().join("switchboard.toml");

@@ -62,6 +62,12 @@ const SWEEP_BATCH: usize = 64;
 const DEAD_BATCH: usize = 16;
 /// Takeovers in flight at once during a sweep.
 const TAKEOVERS_AT_ONCE: usize = 16;
+/// The same for an instance found dead by its hint: its clients are
+/// waiting now, and every replica takes part (sampling at random, so they
+/// mostly take different sessions).
+const HINTED_AT_ONCE: usize = 64;
+/// Sweep passes over one hinted instance in one check, at most.
+const HINTED_PASSES: usize = 64;
 /// Events per store read when looking at a cut step.
 const PARTIAL_PAGE: usize = 500;
 /// How long a silent liveness subscription must stay silent before its
@@ -99,6 +105,13 @@ enum Expect {
     Nobody,
     /// This instance, whose turn the store stopped.
     Myself,
+}
+
+/// What one pass over a dead instance's sessions found.
+struct Swept {
+    found: usize,
+    /// Takeovers the store failed (tried again later).
+    failed: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,13 +394,13 @@ impl Sessions {
         match self.store().replicas.dead(DEAD_BATCH).await {
             Ok(dead) => {
                 for instance in dead.into_iter().filter(|i| i != self.instance()) {
-                    self.sweep_dead(&instance).await;
+                    self.sweep_dead(&instance, TAKEOVERS_AT_ONCE).await;
                 }
             }
             Err(e) => return tracing::debug!(error = %e, "takeover sweep skipped"),
         }
         if let Ok(orphans) = self.store().replicas.orphans(SWEEP_BATCH).await {
-            let outcomes = self.take_all(orphans, Expect::Nobody).await;
+            let outcomes = self.take_all(orphans, Expect::Nobody, TAKEOVERS_AT_ONCE).await;
             for (key, outcome) in outcomes {
                 if outcome == Outcome::Nothing {
                     let _ = self.store().replicas.adopted(&key).await;
@@ -435,29 +448,39 @@ impl Sessions {
         let uncleared: Vec<String> =
             hinted.iter().filter(|hint| !hint.cleared).map(|hint| hint.key().clone()).collect();
         for instance in uncleared {
-            if self.sweep_dead(&instance).await == 0
-                && let Some(mut hint) = hinted.get_mut(&instance)
-            {
-                hint.cleared = true;
+            for _ in 0..HINTED_PASSES {
+                match self.sweep_dead(&instance, HINTED_AT_ONCE).await {
+                    Some(Swept { found: 0, .. }) => {
+                        if let Some(mut hint) = hinted.get_mut(&instance) {
+                            hint.cleared = true;
+                        }
+                        break;
+                    }
+                    // Progress: another pass at once.
+                    Some(Swept { found, failed }) if failed < found => {}
+                    // The store fails: the next check tries again.
+                    _ => break,
+                }
             }
         }
     }
 
-    /// Takes over what `instance` (dead) owned; forgets it when nothing is
-    /// left. Returns how many of its sessions it found.
-    async fn sweep_dead(&self, instance: &str) -> usize {
-        let Ok(owned) = self.store().replicas.owned(instance, SWEEP_BATCH).await else { return 1 };
+    /// Takes over what `instance` (dead) owned, `at_once` at a time;
+    /// forgets it when nothing is left. `None` when the store did not say
+    /// what it owns.
+    async fn sweep_dead(&self, instance: &str, at_once: usize) -> Option<Swept> {
+        let owned = self.store().replicas.owned(instance, at_once.max(SWEEP_BATCH)).await.ok()?;
         let found = owned.len();
-        let outcomes = self.take_all(owned, Expect::Dead(instance.to_string())).await;
+        let outcomes = self.take_all(owned, Expect::Dead(instance.to_string()), at_once).await;
         let done: Vec<SessionKey> =
             outcomes.into_iter().filter(|(_, outcome)| *outcome != Outcome::Failed).map(|(key, _)| key).collect();
         if let Err(e) = self.store().replicas.disown(instance, &done).await {
             tracing::debug!(error = %e, "cannot update a dead instance's sessions");
         }
-        found
+        Some(Swept { found, failed: found - done.len() })
     }
 
-    async fn take_all(&self, keys: Vec<SessionKey>, expect: Expect) -> Vec<(SessionKey, Outcome)> {
+    async fn take_all(&self, keys: Vec<SessionKey>, expect: Expect, at_once: usize) -> Vec<(SessionKey, Outcome)> {
         futures::stream::iter(keys)
             .map(|key| {
                 let expect = expect.clone();
@@ -466,7 +489,7 @@ impl Sessions {
                     (key, outcome)
                 }
             })
-            .buffer_unordered(TAKEOVERS_AT_ONCE)
+            .buffer_unordered(at_once)
             .collect()
             .await
     }

@@ -121,7 +121,9 @@ impl Stack {
             replica_id: name.to_string(),
             store: format!("redis_url = \"{}\"", redis_url()),
             key_prefix: key_prefix.clone(),
-            lease_ttl_secs: 2,
+            // The default lease: a killed replica's chats go on by the
+            // death hint, long before it lapses.
+            lease_ttl_secs: 10,
             shutdown_grace_secs: 5,
             drain_delay_secs: 0,
             upstream_base_url: upstream.base_url(),

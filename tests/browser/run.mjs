@@ -244,13 +244,25 @@ async function run(context) {
     await waitStreaming(kill, spec.kill.killAfterWords);
     const session = (await chatDom(kill)).session;
     const killed = await ask({ op: "kill-owner", session });
+    const killedAt = Date.now();
+    // The takeover's first event on the page: the cut step, restarted.
+    await kill.waitForFunction(() => Number(document.getElementById("restarts").textContent) >= 1, null, {
+      timeout: T,
+    });
+    const killToTakeoverMs = Date.now() - killedAt;
     await waitState(kill, ["done"]);
     const done = await chatDom(kill);
     expectEqual(done.answer, spec.kill.answer, "the answer after the replica's death");
     expect(done.reconnects >= 1, `the page never reconnected: ${done.log}`);
     expect(done.restarts >= 1, "no step_restarted reached the page");
     await ask({ op: "restart", replica: killed.replica });
-    return { session, killed: killed.replica, reconnects: done.reconnects, restarts: done.restarts };
+    return {
+      session,
+      killed: killed.replica,
+      reconnects: done.reconnects,
+      restarts: done.restarts,
+      killToTakeoverMs,
+    };
   });
   await kill.close();
 

@@ -178,3 +178,44 @@ async fn a_redis_restart_takes_no_live_replicas_sessions() {
     }
     assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), cluster.dump_logs());
 }
+
+/// Through a proxy whose `PUBSUB NUMSUB` sees no subscription, every
+/// replica would look dead: the self-test finds it cannot see its own
+/// subscription, turns the hints off and says why; a killed owner's turn
+/// is then taken over when its (short) lease lapses, and nothing is taken
+/// from a live replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn behind_a_proxy_that_hides_subscriptions_the_hint_is_off_and_the_lease_takes_over() {
+    let mut cluster =
+        Cluster::start(ClusterOptions { hide_subscriptions: true, lease_ttl_secs: 3, ..options(None) }).await;
+    let off = "death hints off";
+    for replica in &cluster.replicas {
+        let deadline = Instant::now() + TURN_TIMEOUT;
+        // The self-test's verdict is logged within a few seconds of the start.
+        while !replica.log_contains(off) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            replica.log_contains(off),
+            "replica {} did not turn the hints off\n{}",
+            replica.name,
+            replica.dump_logs()
+        );
+    }
+    let session = cluster.create_session(0).await;
+    let cursor = cluster.last_seq(&session).await;
+    let follower = cluster.start_and_follow(0, &session, &words(), TURN_TIMEOUT).await;
+    assert!(follower.wait_for_events(10, TURN_TIMEOUT).await, "the turn streams\n{}", cluster.dump_logs());
+    cluster.replicas[0].kill9().await;
+    let transcript = follower.finish().await;
+
+    let mut failures = checks::turn(&transcript, &Expect { cursor, words: WORDS });
+    if transcript.of_kind("step_restarted").count() == 0 {
+        failures.push("the killed owner's turn was not taken over".into());
+    }
+    let dead = sum(&cluster, DEAD, &[1, 2]).await;
+    if dead > 0.0 {
+        failures.push(format!("a hint fired behind the proxy ({DEAD} = {dead})"));
+    }
+    assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), cluster.dump_logs());
+}

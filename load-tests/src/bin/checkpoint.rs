@@ -102,6 +102,7 @@ async fn run(args: Args) -> Result<String> {
         session_ttl: std::time::Duration::from_secs(600),
         event_log_max_len: 100_000,
         lease_ttl: std::time::Duration::from_secs(10),
+        liveness_check: None,
     };
     let (tx, _notices) = tokio::sync::mpsc::channel(1024);
     let store = Store::open(&config, tx, Default::default())?;

@@ -62,8 +62,12 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     tokens_before_kill: usize,
     /// The replicas' `store.lease_ttl_secs`.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 10)]
     lease_ttl_secs: u64,
+    /// Also kill A with the death hints off (`store.liveness_check_ms =
+    /// 0`): the lease alone, in the same sitting.
+    #[arg(long)]
+    without_hint: bool,
 }
 
 /// What one chat's client saw over all its connections.
@@ -79,6 +83,8 @@ struct Seen {
     connections: usize,
     /// Arrival of the first event after the kill.
     first_after_kill: Option<Instant>,
+    /// Arrival of the takeover's first event (`step_restarted`).
+    first_restart: Option<Instant>,
     finished_at: Option<Instant>,
     error: Option<String>,
 }
@@ -101,6 +107,9 @@ impl Seen {
             "step_restarted" => {
                 self.answer.clear();
                 self.restarted_steps += 1;
+                if after_kill && self.first_restart.is_none() {
+                    self.first_restart = Some(Instant::now());
+                }
             }
             "turn_ended" => self.ended = true,
             _ => {}
@@ -139,11 +148,16 @@ async fn run(args: Args) -> Result<String> {
     let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
     let mut outcomes = Vec::new();
-    for (name, kill) in [("baseline (no kill)", false), ("A killed (SIGKILL)", true)] {
+    let mut phases = vec![("baseline (no kill)", false, true), ("A killed (SIGKILL), death hints on", true, true)];
+    if args.without_hint {
+        phases.push(("A killed (SIGKILL), hints off: the lease alone", true, false));
+    }
+    for (name, kill, hints) in phases {
         eprintln!("{name}");
         let prefix = run_prefix();
         let options = |id: &str| GatewayOptions {
             lease_ttl_secs: args.lease_ttl_secs,
+            liveness_check_ms: if hints { 100 } else { 0 },
             ..GatewayOptions::new(id, &args.redis, &prefix, mock.addr)
         };
         let mut a = Gateway::start(&options("a")).await?;
@@ -246,9 +260,9 @@ fn report(context: &Context, args: &Args, outcomes: &[Outcome]) -> String {
     );
     let _ = writeln!(
         w,
-        "| phase | chats | ended `turn_ended` | seqs lost | seqs repeated | wrong answer | steps restarted | connections per chat (max) | kill → next event p50 / p99 / max (ms) | start → last chat ended (s) |"
+        "| phase | chats | ended `turn_ended` | seqs lost | seqs repeated | wrong answer | steps restarted | connections per chat (max) | kill → next event p50 / p99 / max (ms) | kill → takeover's first event p50 / p99 / max (ms) | start → last chat ended (s) |"
     );
-    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|");
     for outcome in outcomes {
         let ended = outcome.seen.iter().filter(|s| s.ended).count();
         let (repeats, gaps) =
@@ -260,6 +274,10 @@ fn report(context: &Context, args: &Args, outcomes: &[Outcome]) -> String {
             Summary::of(outcome.seen.iter().filter_map(|s| s.first_after_kill).map(|t| millis(t - k)).collect())
         });
         let after_kill = after_kill.map_or("—".into(), |s| format!("{:.0} / {:.0} / {:.0}", s.p50, s.p99, s.max));
+        let takeover = outcome.killed_at.and_then(|k| {
+            Summary::of(outcome.seen.iter().filter_map(|s| s.first_restart).map(|t| millis(t - k)).collect())
+        });
+        let takeover = takeover.map_or("—".into(), |s| format!("{:.0} / {:.0} / {:.0}", s.p50, s.p99, s.max));
         let last = outcome
             .seen
             .iter()
@@ -268,7 +286,7 @@ fn report(context: &Context, args: &Args, outcomes: &[Outcome]) -> String {
             .map_or(0.0, |t| (t - outcome.started).as_secs_f64());
         let _ = writeln!(
             w,
-            "| {} | {} | {ended} | {gaps} | {repeats} | {wrong} | {restarted} | {connections} | {after_kill} | {last:.2} |",
+            "| {} | {} | {ended} | {gaps} | {repeats} | {wrong} | {restarted} | {connections} | {after_kill} | {takeover} | {last:.2} |",
             outcome.name,
             outcome.seen.len(),
         );

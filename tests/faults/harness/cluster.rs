@@ -14,6 +14,7 @@ use super::{
     redis::OwnRedis,
     redis_cluster::OwnRedisCluster,
     replica::Replica,
+    resp_proxy::HidingProxy,
     tools::ToolServer,
     transcript::Transcript,
     upstream::DetUpstream,
@@ -45,6 +46,9 @@ pub struct ClusterOptions {
     /// Reach the test's one Redis over TLS (`rediss://`, `[store.tls]`
     /// with its private CA and a client certificate).
     pub redis_tls: bool,
+    /// Reach the test's one Redis through a proxy that hides subscriptions
+    /// from `PUBSUB NUMSUB` ([`HidingProxy`]).
+    pub hide_subscriptions: bool,
 }
 
 /// A Redis Cluster for [`ClusterOptions::redis_cluster`].
@@ -78,6 +82,7 @@ impl Default for ClusterOptions {
             store_toml: String::new(),
             redis_cluster: None,
             redis_tls: false,
+            hide_subscriptions: false,
         }
     }
 }
@@ -91,6 +96,7 @@ pub struct Cluster {
     pub replicas: Vec<Replica>,
     pub token: String,
     http: reqwest::Client,
+    _proxy: Option<HidingProxy>,
 }
 
 /// Replica ids, in order.
@@ -122,6 +128,14 @@ impl Cluster {
                 let store = format!("redis_url = \"{}\"", redis.url());
                 (Some(redis), None, store)
             }
+        };
+        let (store, proxy) = match (&redis, options.hide_subscriptions) {
+            (Some(redis), true) => {
+                let addr = redis.url().trim_start_matches("redis://").parse().expect("a redis address");
+                let proxy = HidingProxy::start(addr).await;
+                (format!("redis_url = \"{}\"", proxy.url()), Some(proxy))
+            }
+            _ => (store, None),
         };
         let store = format!("{store}\n{}", options.store_toml);
         let upstream = DetUpstream::start(options.chunk_delay, options.first_token_delay).await;
@@ -159,7 +173,7 @@ impl Cluster {
         // Started together: each waits for its own readiness.
         let replicas = futures::future::join_all(configs.into_iter().map(Replica::start)).await;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client");
-        Self { redis, redis_cluster, upstream, tools, replicas, token: config::token(), http }
+        Self { redis, redis_cluster, upstream, tools, replicas, token: config::token(), http, _proxy: proxy }
     }
 
     /// The value of the metric sample `sample` (its name and labels as

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `ports` | reserving a free loopback port for a child process |
 //! | `process` | signals to children (`kill -STOP/-CONT/-TERM`), log tails |
+//! | `resp_proxy` | `HidingProxy`: a proxy to Redis whose `PUBSUB NUMSUB` sees no subscription |
 //! | `redis` | `OwnRedis`: a redis-server of the test's own: freeze, thaw, kill, restart |
 //! | `config` | the replica's TOML configuration; tokens its tenant accepts |
 //! | `replica` | `Replica`: the `switchboard` binary as a child: kill -9, SIGTERM, restart |
@@ -24,6 +25,7 @@ pub mod process;
 pub mod redis;
 pub mod redis_cluster;
 pub mod replica;
+pub mod resp_proxy;
 pub mod sse;
 pub mod tls;
 pub mod tools;

@@ -178,6 +178,11 @@ impl Replica {
         self.dir.path().join("switchboard.toml")
     }
 
+    /// Whether the replica's log (all its runs) has a line containing `text`.
+    pub fn log_contains(&self, text: &str) -> bool {
+        std::fs::read_to_string(self.log_path()).is_ok_and(|log| log.contains(text))
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("switchboard.log")
     }

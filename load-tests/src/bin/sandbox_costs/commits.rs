@@ -58,6 +58,7 @@ pub fn open_store(redis: &str, prefix: &str) -> Result<(Store, mpsc::Receiver<No
         session_ttl: Duration::from_secs(600),
         event_log_max_len: 100_000,
         lease_ttl: Duration::from_secs(10),
+        liveness_check: None,
     };
     let (tx, notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
     Ok((Store::open(&config, tx, Default::default())?, notices))
