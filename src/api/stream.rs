@@ -47,6 +47,9 @@ use crate::{
 /// A follower that is always ready is checked for a drain every this many
 /// items.
 const DRAIN_CHECK: u64 = 64;
+/// The failure code of a stream whose turn's writes the store held for
+/// `store.hold_max_secs`.
+const HELD_CODE: &str = "store_held";
 
 /// The longest a stream waits for a title after its turn's end: the title
 /// call's own bound, plus a takeover of an owner that died meanwhile.
@@ -254,6 +257,12 @@ impl Encoding {
                     self.title.failed = true;
                     self.encoder.failure(e.code(), "the event stream failed; reconnect with Last-Event-ID")
                 }
+                Some(FollowItem::Held(held)) if held.gave_up => {
+                    self.title.failed = true;
+                    self.ended = true;
+                    self.encoder.failure(HELD_CODE, &held.message())
+                }
+                Some(FollowItem::Held(held)) => self.encoder.held(&held),
             };
             self.pending.extend(frames);
         }

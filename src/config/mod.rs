@@ -187,6 +187,12 @@ pub struct StoreConfig {
     /// (`store.liveness_check_ms`, 0 = never: the lease alone; see
     /// `sessions/ownership.rs`).
     pub liveness_check: Option<Duration>,
+    /// How often a turn whose writes the store holds tells its streams
+    /// (`store.hold_notice_secs`), and how long it is held before it
+    /// stops and fails its streams (`store.hold_max_secs`), to go on from
+    /// its last commit once the store answers (`sessions/writer.rs`).
+    pub hold_notice: Duration,
+    pub hold_max: Duration,
 }
 
 #[cfg(test)]
@@ -206,6 +212,8 @@ impl StoreConfig {
             event_log_max_len: 10,
             lease_ttl: Duration::from_secs(10),
             liveness_check: Some(Duration::from_millis(100)),
+            hold_notice: Duration::from_secs(5),
+            hold_max: Duration::from_secs(60),
         }
     }
 }

@@ -90,6 +90,8 @@ pub struct RawStore {
     pub event_log_max_len: Option<u64>,
     pub lease_ttl_secs: Option<u64>,
     pub liveness_check_ms: Option<u64>,
+    pub hold_notice_secs: Option<u64>,
+    pub hold_max_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,7 @@
 pub mod codes;
 pub mod conversation;
 pub mod events;
+mod held;
 pub mod options;
 pub mod rlm;
 pub mod run;
@@ -24,6 +25,7 @@ pub use self::{
     codes::{FailureCode, ToolOutcome, ToolStatus},
     conversation::{ChatMessage, ImagePart, Role, ToolCall, Usage},
     events::{AgentRef, Event, EventKind, LogEvent, OutputStream, PendingCall, PendingRelay, TurnEndReason, now_ms},
+    held::Held,
     options::{ApprovalMode, DenyRule, FrontendMode, FrontendTool, PermissionRules, Section, SessionOptions, ToolRule},
     run::{ContextEntry, RunInput},
     session::{

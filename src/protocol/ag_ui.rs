@@ -426,6 +426,17 @@ impl Encoder for AgUiEncoder {
         let now = crate::domain::now_ms();
         vec![Frame::data(event(now, "RUN_ERROR", json!({"message": message, "code": code})).to_string())]
     }
+
+    /// `CUSTOM {name: "held", value}`, while the run is open.
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        if self.over {
+            return Vec::new();
+        }
+        let mut value = held.fields();
+        value["message"] = json!(held.message());
+        let now = crate::domain::now_ms();
+        vec![Frame::data(event(now, "CUSTOM", json!({"name": "held", "value": value})).to_string())]
+    }
 }
 
 #[cfg(test)]

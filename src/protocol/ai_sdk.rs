@@ -371,6 +371,14 @@ impl Encoder for AiSdkEncoder {
         vec![Frame::data(json!({"type": "error", "errorText": message}).to_string())]
     }
 
+    /// A transient data part (`data-held`): shown by a client that looks
+    /// for it, kept in no message.
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        let mut data = held.fields();
+        data["message"] = json!(held.message());
+        vec![Frame::data(json!({"type": "data-held", "data": data, "transient": true}).to_string())]
+    }
+
     fn close(&mut self) -> Vec<Frame> {
         vec![Frame::data("[DONE]")]
     }

@@ -230,6 +230,11 @@ impl Encoder for CosmoEncoder {
         vec![self.frame(None, "error", json!({"error": message}))]
     }
 
+    /// Cosmo's one shape, type `held`, with the sentence as its text.
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        vec![self.frame(None, "held", json!({"text": held.message(), "held": held.fields()}))]
+    }
+
     fn wants_finish(&self) -> bool {
         matches!(self.ending, Some(Ending::Done { .. }))
     }

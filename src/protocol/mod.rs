@@ -19,7 +19,10 @@ pub mod zot;
 use std::{collections::BTreeMap, sync::Arc};
 
 pub use crate::domain::events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
-use crate::{config::ModelConfig, domain::Session};
+use crate::{
+    config::ModelConfig,
+    domain::{Held, Session},
+};
 
 /// A model's context window and reserved output, for dialects that report
 /// context use (Holmes' `metadata`, Cosmo's `contextUsage`), and its
@@ -130,6 +133,13 @@ pub trait Encoder: Send {
     /// The frames that report a broken stream: `code` is `recovery_failed`
     /// (the cursor is older than the retained log) or a store error code.
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame>;
+
+    /// The frames of a notice that the session's writes are held by the
+    /// store (see [`Held`]): without an id (nothing of the log), in the
+    /// dialect's own form; every few seconds while the hold lasts. When
+    /// the writer gives up, [`Encoder::failure`] comes instead (code
+    /// `store_held`).
+    fn held(&mut self, held: &Held) -> Vec<Frame>;
 
     /// Whether [`Encoder::finish`] needs the stored session after the last
     /// event (saves a store read for dialects that do not).

@@ -28,6 +28,14 @@ impl Encoder for NativeEncoder {
         vec![Frame::event(code, data.to_string(), None)]
     }
 
+    /// `event: held` without an id.
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        let mut data = held.fields();
+        data["type"] = json!("held");
+        data["message"] = json!(held.message());
+        vec![Frame::event("held", data.to_string(), None)]
+    }
+
     /// `retry:` and an `event: reconnect` without an id, so the client's
     /// `Last-Event-ID` stays the last event it got.
     fn reconnect(&mut self) -> Vec<Frame> {

@@ -259,6 +259,14 @@ impl Encoder for ZotEncoder {
         vec![Frame { id: None, event: None, data: data.to_string(), retry: None }]
     }
 
+    /// A `held` line (consumers skip types they do not know).
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        let mut data = held.fields();
+        data["type"] = json!("held");
+        data["message"] = json!(held.message());
+        vec![Frame { id: None, event: None, data: data.to_string(), retry: None }]
+    }
+
     /// Step numbers and a step's open calls span the cursor of a rejoin.
     fn wants_turn_context(&self) -> bool {
         true

@@ -59,6 +59,8 @@ pub struct Follower {
     title_only: bool,
     /// The feed was released (at the end, or on drop).
     released: bool,
+    /// Changes of the feed's hold seen (see [`FollowItem::Held`]).
+    held_seen: u64,
 }
 
 impl Follower {
@@ -82,6 +84,7 @@ impl Follower {
             mode: Mode::Replay,
             title_only: false,
             released: false,
+            held_seen: 0,
         }
     }
 
@@ -147,9 +150,12 @@ impl Follower {
                 Mode::Replay => self.replay_page().await,
                 Mode::Live => self.wait_live().await,
             };
-            if let Some(failure) = failure {
-                self.finish();
-                return Some(failure);
+            if let Some(item) = failure {
+                // A hold's notice goes on; its end, or a failure, ends it.
+                if !matches!(&item, FollowItem::Held(held) if !held.gave_up) {
+                    self.finish();
+                }
+                return Some(item);
             }
         }
     }
@@ -183,7 +189,8 @@ impl Follower {
     }
 
     /// Waits for the next live events; on a gap (it fell behind the feed's
-    /// ring) reads the missing range from the store instead.
+    /// ring) reads the missing range from the store instead. A new notice
+    /// of a hold of the session's writes comes out while none is ready.
     async fn wait_live(&mut self) -> Option<FollowItem> {
         let feed = self.feed.clone();
         loop {
@@ -200,7 +207,15 @@ impl Follower {
                     return None;
                 }
                 Taken::Gap => return self.catch_up().await,
-                Taken::Nothing => changed.await,
+                Taken::Nothing => {
+                    if let Some((seen, held)) = feed.held_since(self.held_seen) {
+                        self.held_seen = seen;
+                        if let Some(held) = held {
+                            return Some(FollowItem::Held(held));
+                        }
+                    }
+                    changed.await
+                }
             }
         }
     }

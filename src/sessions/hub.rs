@@ -35,7 +35,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use super::follower::Follower;
 use crate::{
-    domain::{Event, EventKind, LogEvent},
+    domain::{Event, EventKind, Held, LogEvent},
     store::{LogRange, Notice, SessionKey, Store, StoreError},
 };
 
@@ -60,6 +60,10 @@ pub enum FollowItem {
     },
     /// The store failed while following.
     Failed(StoreError),
+    /// The session's writes are held by the store (it does not answer, or
+    /// its replicas do not acknowledge): a notice without an id, every few
+    /// seconds; with [`Held::gave_up`], the last item of the follow.
+    Held(Held),
 }
 
 /// Live state of one followed (or running) session on this replica.
@@ -92,6 +96,9 @@ struct FeedState {
     /// before the last one's runner is done): while any does, the writer
     /// hands every event to the feed, so `last` is where the log ends.
     local: usize,
+    /// The hold of its writes here, if any, and how many times it changed.
+    held: Option<Held>,
+    held_changes: u64,
 }
 
 /// What [`Feed::take_after`] found.
@@ -146,6 +153,21 @@ impl Feed {
         if pushed {
             self.changed.notify_waiters();
         }
+    }
+
+    fn set_held(&self, held: Option<Held>) {
+        {
+            let mut state = self.lock();
+            state.held = held;
+            state.held_changes += 1;
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// The hold as it is, if it changed since `seen` (a count of changes).
+    pub(super) fn held_since(&self, seen: u64) -> Option<(u64, Option<Held>)> {
+        let state = self.lock();
+        (state.held_changes != seen).then(|| (state.held_changes, state.held.clone()))
     }
 
     /// Appends to `ready` the events after `after` the ring holds.
@@ -375,6 +397,14 @@ impl EventHub {
             && self.heard(&feed, u64::MAX)
         {
             self.fill(key, &feed).await;
+        }
+    }
+
+    /// Tells this replica's followers of `key` that its writes are held
+    /// (`None`: no longer).
+    pub(super) fn held(&self, key: &SessionKey, held: Option<Held>) {
+        if let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) {
+            feed.set_held(held);
         }
     }
 

@@ -161,12 +161,21 @@ impl Sessions {
         let halt = CancellationToken::new();
         let hub = EventHub::start(store.clone(), instance.clone(), notices, wakes_tx, tasks.clone(), shutdown.clone());
         let pacing = writer::Pacing {
-            give_up: config.store.lease_ttl,
+            give_up: config.store.hold_max,
+            hold_notice: config.store.hold_notice,
+            flush: config.store.lease_ttl,
             linger: config.store.commit_linger,
             tick: config.store.append_tick,
         };
-        let writer =
-            Writer::start(store.clone(), hub.clone(), instance.clone(), pacing, shutdown.clone(), halt.clone(), &tasks);
+        let writer = Writer::start(
+            store.clone(),
+            hub.clone(),
+            instance.clone(),
+            pacing,
+            metrics.clone(),
+            writer::Stops { shutdown: shutdown.clone(), halt: halt.clone() },
+            &tasks,
+        );
         let sessions = Self {
             inner: Arc::new(Inner {
                 store,

@@ -63,11 +63,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::hub::{EventHub, push_coalesced};
 use crate::{
-    domain::Event,
+    domain::{Event, Held},
     store::{
         Append, Commit, CommitError, Committed, Fence, MessagesWrite, OwnerChange, SessionKey, SessionWrite,
         StateWrite, Store, StoreError, Wrote,
     },
+    telemetry::metrics::Metrics,
 };
 
 /// Streamed events a session may have waiting for the store.
@@ -112,12 +113,24 @@ pub struct Change {
 #[derive(Debug, Clone, Copy)]
 pub struct Pacing {
     /// How long a session's parts may keep failing before its queue is
-    /// broken.
+    /// broken (`store.hold_max_secs`).
     pub give_up: Duration,
+    /// How often, while they fail, the session's streams here are told
+    /// (`store.hold_notice_secs`; the first notice after as long).
+    pub hold_notice: Duration,
+    /// How long a shutdown waits for what is still queued.
+    pub flush: Duration,
     /// How long streamed events after a step's first wait for more.
     pub linger: Duration,
     /// The least time between two rounds that carry no urgent item.
     pub tick: Duration,
+}
+
+/// When the writer stops: at `shutdown`, after one last attempt at what is
+/// queued (bounded by [`Pacing::flush`]); at `halt`, at once.
+pub struct Stops {
+    pub shutdown: CancellationToken,
+    pub halt: CancellationToken,
 }
 
 /// A tenure's queue here: a number no other tenure gets (so a turn that
@@ -174,22 +187,22 @@ pub struct Pipe {
 }
 
 impl Writer {
-    /// Starts the writer task, paced by `pacing` (see the module docs). It
-    /// stops when `shutdown` is cancelled, after one last attempt at what
-    /// is queued (bounded by `pacing.give_up`), or at once when `halt` is.
+    /// Starts the writer task, paced by `pacing` (see the module docs),
+    /// until `stops` says.
     pub fn start(
         store: Store,
         hub: EventHub,
         instance: String,
         pacing: Pacing,
-        shutdown: CancellationToken,
-        halt: CancellationToken,
+        metrics: Arc<Metrics>,
+        stops: Stops,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::channel(INBOX);
         let task = Task {
             store,
             hub,
+            metrics,
             instance: instance.into(),
             pacing,
             queues: HashMap::new(),
@@ -198,7 +211,7 @@ impl Writer {
             inbox: rx,
             last_round: None,
         };
-        tasks.spawn(task.run(shutdown, halt));
+        tasks.spawn(task.run(stops.shutdown, stops.halt));
         Self { tx, tenures: Arc::new(AtomicU64::new(0)) }
     }
 
@@ -301,8 +314,11 @@ struct Queue {
     /// An announcement of where the log ends is owed (a follower elsewhere
     /// appeared while nothing was queued).
     announce: bool,
-    /// When the store first failed the current attempt, and when to retry.
+    /// When the store first failed the current attempt (and as Unix ms),
+    /// when to retry, and when the session's streams were last told.
     failing_since: Option<Instant>,
+    failing_since_ms: u64,
+    noticed_at: Option<Instant>,
     retry_at: Option<Instant>,
     backoff: Duration,
     broken: Arc<OnceLock<WriteError>>,
@@ -360,6 +376,7 @@ enum Readiness {
 }
 
 struct Task {
+    metrics: Arc<Metrics>,
     store: Store,
     hub: EventHub,
     instance: Arc<str>,
@@ -411,7 +428,7 @@ impl Task {
         }
         // Shutdown: one last attempt at what is queued, so acknowledged
         // work is kept; bounded, for a store that does not answer.
-        let give_up = self.pacing.give_up;
+        let give_up = self.pacing.flush;
         let flush = async {
             if let Some(round) = in_flight.take() {
                 self.settle(round.await).await;
@@ -457,6 +474,8 @@ impl Task {
                         followed: false,
                         announce: false,
                         failing_since: None,
+                        failing_since_ms: 0,
+                        noticed_at: None,
                         retry_at: None,
                         backoff: RETRY_FIRST,
                         broken,
@@ -591,6 +610,9 @@ impl Task {
             match result {
                 Ok(wrote) => {
                     let Some(attempt) = queue.attempt.take() else { continue };
+                    if queue.noticed_at.take().is_some() {
+                        self.hub.held(&queue.key, None);
+                    }
                     queue.failing_since = None;
                     queue.retry_at = None;
                     queue.backoff = RETRY_FIRST;
@@ -636,8 +658,22 @@ impl Task {
                     if let Some(attempt) = queue.attempt.as_mut() {
                         attempt.write = Some(write);
                     }
-                    let since = *queue.failing_since.get_or_insert(now);
-                    if now.duration_since(since) >= self.pacing.give_up {
+                    if queue.failing_since.is_none() {
+                        queue.failing_since = Some(now);
+                        queue.failing_since_ms = crate::domain::now_ms();
+                    }
+                    let held_for = now.duration_since(queue.failing_since.unwrap_or(now));
+                    let gave_up = held_for >= self.pacing.give_up;
+                    if gave_up || queue.noticed_at.unwrap_or(now - held_for) + self.pacing.hold_notice <= now {
+                        // The turn's streams here hear of it: every few
+                        // seconds, and when the writer gives up.
+                        queue.noticed_at = Some(now);
+                        self.metrics.held_notice(if gave_up { "gave_up" } else { "held" });
+                        let held =
+                            Held { since_ms: queue.failing_since_ms, held_for, reason: error.to_string(), gave_up };
+                        self.hub.held(&queue.key, Some(held));
+                    }
+                    if gave_up {
                         tracing::warn!(session = %queue.key.id, %error, "session writes stopped: the store keeps failing");
                         queue.break_with(WriteError::Store(error));
                         // Whatever the store did apply, followers here see.
@@ -767,9 +803,22 @@ mod tests {
         let (wakes_tx, wakes) = mpsc::channel(16);
         let hub = EventHub::start(store.clone(), "a#1".into(), notices, wakes_tx, tasks.clone(), shutdown.clone());
         hub.run_here(&key, 1, Vec::new());
-        let pacing = Pacing { give_up: Duration::from_secs(10), linger, tick };
-        let writer =
-            Writer::start(store.clone(), hub, "a#1".into(), pacing, shutdown, CancellationToken::new(), &tasks);
+        let pacing = Pacing {
+            give_up: Duration::from_secs(10),
+            hold_notice: Duration::from_secs(5),
+            flush: Duration::from_secs(10),
+            linger,
+            tick,
+        };
+        let writer = Writer::start(
+            store.clone(),
+            hub,
+            "a#1".into(),
+            pacing,
+            Default::default(),
+            Stops { shutdown, halt: CancellationToken::new() },
+            &tasks,
+        );
         let pipe = writer.open(key.clone(), 1, 0).await;
         Fixture { store, key, pipe, _wakes: wakes, _notices: notices_tx }
     }

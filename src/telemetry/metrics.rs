@@ -105,6 +105,14 @@ pub struct DeathHintLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabels {
+    /// `held` (a notice to a turn's streams that the store holds its
+    /// writes) or `gave_up` (held for `store.hold_max_secs`: the turn
+    /// stopped, its streams failed).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CorsLabels {
     /// `preflight` or `request` (an origin no list names), `tenant` (an
     /// origin only another tenant lists, used with this tenant's credential).
@@ -130,6 +138,8 @@ pub struct Metrics {
     pub takeovers: Counter,
     /// Instances found dead by the death hint, and hints found wrong.
     pub death_hints: Family<DeathHintLabels, Counter>,
+    /// Turns whose writes the store held: notices sent, turns given up.
+    pub held_turns: Family<HeldLabels, Counter>,
     pub store_duration: Family<StoreLabels, Histogram>,
     /// Index entries lost on a cluster, repaired, dropped.
     pub store_index_entries: Family<IndexLabels, Counter>,
@@ -182,6 +192,12 @@ impl Metrics {
             "Replicas found dead by their liveness subscription (dead), and such findings proved wrong (wrong)",
             death_hints.clone(),
         );
+        let held_turns = Family::<HeldLabels, Counter>::default();
+        r.register(
+            "held_turn_notices",
+            "Notices to a turn's streams that the store holds its writes (held), and turns stopped for it (gave_up)",
+            held_turns.clone(),
+        );
         let store_duration = histograms!(0.0001, 16);
         r.register(
             "store_operation_duration_seconds",
@@ -211,6 +227,7 @@ impl Metrics {
             resumes,
             takeovers,
             death_hints,
+            held_turns,
             store_duration,
             store_index_entries,
             cors_refused,
@@ -243,6 +260,10 @@ impl Metrics {
 
     pub fn death_hint(&self, outcome: &str) {
         self.death_hints.get_or_create(&DeathHintLabels { outcome: outcome.to_string() }).inc();
+    }
+
+    pub fn held_notice(&self, outcome: &str) {
+        self.held_turns.get_or_create(&HeldLabels { outcome: outcome.to_string() }).inc();
     }
 
     pub fn relay(&self, event: &str) {

@@ -72,6 +72,8 @@ fn store_config(redis: Option<RedisTarget>, event_log_max_len: u64) -> StoreConf
         event_log_max_len,
         lease_ttl: Duration::from_secs(10),
         liveness_check: Some(Duration::from_millis(100)),
+        hold_notice: Duration::from_secs(5),
+        hold_max: Duration::from_secs(60),
     }
 }
 

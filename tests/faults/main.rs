@@ -14,6 +14,7 @@ mod coding_chat;
 mod fast_takeover;
 #[allow(dead_code)]
 mod harness;
+mod held_turn;
 mod kill9_trials;
 mod redis_outage;
 mod redis_tls;

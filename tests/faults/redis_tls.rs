@@ -37,6 +37,8 @@ fn open(target: RedisTarget, tls: RedisTls) -> (Store, mpsc::Receiver<Notice>) {
         event_log_max_len: 100,
         lease_ttl: Duration::from_secs(10),
         liveness_check: Some(Duration::from_millis(100)),
+        hold_notice: Duration::from_secs(5),
+        hold_max: Duration::from_secs(60),
     };
     let (tx, rx) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
     (Store::open(&config, tx, Default::default()).expect("the store opens"), rx)

@@ -103,6 +103,8 @@ async fn run(args: Args) -> Result<String> {
         event_log_max_len: 100_000,
         lease_ttl: std::time::Duration::from_secs(10),
         liveness_check: None,
+        hold_notice: std::time::Duration::from_secs(5),
+        hold_max: std::time::Duration::from_secs(60),
     };
     let (tx, _notices) = tokio::sync::mpsc::channel(1024);
     let store = Store::open(&config, tx, Default::default())?;

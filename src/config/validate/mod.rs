@@ -119,6 +119,8 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
             }
             ms => Some(Duration::from_millis(ms.unwrap_or(DEFAULT_LIVENESS_CHECK_MS))),
         },
+        hold_notice: secs(positive(&mut errors, "store.hold_notice_secs", raw.store.hold_notice_secs), 5),
+        hold_max: secs(positive(&mut errors, "store.hold_max_secs", raw.store.hold_max_secs), 60),
     };
 
     let agent = AgentConfig {

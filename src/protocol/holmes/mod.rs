@@ -338,6 +338,15 @@ impl Encoder for HolmesEncoder {
         vec![frame]
     }
 
+    /// `event: held`, without an id, its sentence as `description`.
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        let mut data = held.fields();
+        data["description"] = json!(held.message());
+        let mut frame = self.frame("held", data);
+        frame.id = None;
+        vec![frame]
+    }
+
     fn wants_finish(&self) -> bool {
         true
     }

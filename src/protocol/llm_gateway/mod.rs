@@ -379,6 +379,16 @@ impl Encoder for LlmGatewayEncoder {
         frames
     }
 
+    /// `event: held` of the main agent, without an id.
+    fn held(&mut self, held: &crate::domain::Held) -> Vec<Frame> {
+        let mut frames: Vec<Frame> = self.connected.take().into_iter().collect();
+        let main = AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 };
+        let mut fields = held.fields();
+        fields["message"] = json!(held.message());
+        frames.push(Frame::event("held", self.data("held", &main, fields), None));
+        frames
+    }
+
     fn wants_turn_context(&self) -> bool {
         true
     }

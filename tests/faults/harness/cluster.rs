@@ -192,6 +192,11 @@ impl Cluster {
         text.lines().find_map(|line| line.strip_prefix(sample)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
     }
 
+    /// The test's own Redis, to freeze and thaw.
+    pub fn redis_ref(&self) -> &OwnRedis {
+        self.redis.as_ref().expect("this test runs on one Redis of its own")
+    }
+
     /// The test's own Redis (tests that freeze or restart it run on one).
     pub fn redis(&mut self) -> &mut OwnRedis {
         self.redis.as_mut().expect("this test runs on one Redis of its own")

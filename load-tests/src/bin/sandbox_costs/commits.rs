@@ -59,6 +59,8 @@ pub fn open_store(redis: &str, prefix: &str) -> Result<(Store, mpsc::Receiver<No
         event_log_max_len: 100_000,
         lease_ttl: Duration::from_secs(10),
         liveness_check: None,
+        hold_notice: Duration::from_secs(5),
+        hold_max: Duration::from_secs(60),
     };
     let (tx, notices) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
     Ok((Store::open(&config, tx, Default::default())?, notices))
