@@ -255,4 +255,45 @@ mod tests {
             assert_eq!(!frames.is_empty(), shows, "{format}: {frames:?}");
         }
     }
+
+    /// A hold's notice is no event of the log (no id) and says in each
+    /// dialect's own form what is held and since when.
+    #[test]
+    fn a_held_notice_has_no_id_and_each_dialects_form() {
+        let held = Held {
+            since_ms: 1_700_000_000_000,
+            held_for: std::time::Duration::from_secs(7),
+            reason: "redis: timed out".into(),
+            gave_up: false,
+        };
+        for format in FORMATS {
+            let mut encoder = encoder_for(format, &ModelLimits::default()).expect("a known format");
+            encoder.encode(&event(8, EventKind::TurnStarted { turn: 1, model: "m".into() }));
+            let frames = encoder.held(&held);
+            let notice = frames.last().unwrap_or_else(|| panic!("{format}: no notice"));
+            assert!(frames.iter().all(|f| f.id.is_none()), "{format}: {frames:?}");
+            let data: serde_json::Value = serde_json::from_str(&notice.data).expect("JSON");
+            let (kind, fields) = match *format {
+                "ai-sdk" => {
+                    assert_eq!(data["transient"], true, "the AI SDK keeps it out of the message");
+                    (data["type"].clone(), data["data"].clone())
+                }
+                "ag-ui" => {
+                    assert_eq!(data["name"], "held");
+                    (data["type"].clone(), data["value"].clone())
+                }
+                "cosmo" => (data["type"].clone(), data["held"].clone()),
+                _ => (notice.event.clone().map_or(data["type"].clone(), serde_json::Value::from), data.clone()),
+            };
+            let expected = match *format {
+                "ai-sdk" => "data-held",
+                "ag-ui" => "CUSTOM",
+                _ => "held",
+            };
+            assert_eq!(kind, expected, "{format}: {data}");
+            assert_eq!(fields["since"], 1_700_000_000_000_u64, "{format}: {data}");
+            assert_eq!(fields["heldSecs"], 7, "{format}: {data}");
+            assert_eq!(fields["reason"], "redis: timed out", "{format}: {data}");
+        }
+    }
 }

@@ -47,7 +47,10 @@
 use std::{sync::atomic::Ordering, time::Duration};
 
 use futures::StreamExt;
-use tokio::sync::{Notify, mpsc};
+use tokio::{
+    sync::{Notify, mpsc},
+    time::Instant,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::{Sessions, Stop, fence_of, hub::Wake};
@@ -74,6 +77,11 @@ const PARTIAL_PAGE: usize = 500;
 /// instance is taken as dead: a connection that was replaced (a
 /// reconnection) has subscribed again by then.
 const HINT_CONFIRM: Duration = Duration::from_millis(30);
+/// How long no new death hint is believed after the store failed a read
+/// of them or one of its nodes changed (a restart, a failover): every
+/// replica's subscription moves then, and a count of zero may be one
+/// still on its way.
+const HINTS_QUIET: Duration = Duration::from_secs(5);
 
 /// An instance the hint checker found dead.
 #[derive(Debug, Clone)]
@@ -416,7 +424,35 @@ impl Sessions {
             return;
         }
         let replicas = &self.store().replicas;
-        let Ok(rows) = replicas.liveness(None).await else { return };
+        if self
+            .inner
+            .hints_quiet_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|until| Instant::now() < until)
+        {
+            // Nothing is read while quiet: the store is failing or moving.
+            self.sweep_hinted().await;
+            return;
+        }
+        let rows = match replicas.liveness(None).await {
+            Ok(rows) => rows,
+            Err(_) => {
+                self.quiet_hints();
+                return;
+            }
+        };
+        // A node of the store restarted or failed over: subscriptions are
+        // moving, counts of zero mean nothing until they settle.
+        if rows.iter().any(|row| row.moved) {
+            self.quiet_hints();
+        }
+        let quiet = self
+            .inner
+            .hints_quiet_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|until| Instant::now() < until);
         let hinted = &self.inner.hinted;
         hinted.retain(|instance, hint| match rows.iter().find(|row| &row.instance == instance) {
             Some(row) if row.record != hint.record => {
@@ -430,13 +466,19 @@ impl Sessions {
         });
         let silent: Vec<(String, String)> = rows
             .into_iter()
-            .filter(|row| row.silent && !hinted.contains_key(&row.instance))
+            .filter(|row| !quiet && row.silent && !hinted.contains_key(&row.instance))
             .map(|row| (row.instance, row.record))
             .collect();
         if !silent.is_empty() {
             tokio::time::sleep(HINT_CONFIRM).await;
             let instances: Vec<String> = silent.iter().map(|(instance, _)| instance.clone()).collect();
-            let Ok(again) = replicas.liveness(Some(&instances)).await else { return };
+            let again = match replicas.liveness(Some(&instances)).await {
+                Ok(again) if !again.iter().any(|row| row.moved) => again,
+                _ => {
+                    self.quiet_hints();
+                    return;
+                }
+            };
             for row in again {
                 if row.silent && silent.iter().any(|(i, record)| *i == row.instance && *record == row.record) {
                     tracing::info!(instance = %row.instance, "a replica's connection to the store closed: taking its sessions over");
@@ -445,6 +487,12 @@ impl Sessions {
                 }
             }
         }
+        self.sweep_hinted().await;
+    }
+
+    /// Takes over what the instances found dead still own.
+    async fn sweep_hinted(&self) {
+        let hinted = &self.inner.hinted;
         let uncleared: Vec<String> =
             hinted.iter().filter(|hint| !hint.cleared).map(|hint| hint.key().clone()).collect();
         for instance in uncleared {
@@ -463,6 +511,12 @@ impl Sessions {
                 }
             }
         }
+    }
+
+    /// No new death hint is believed for [`HINTS_QUIET`]: the store failed
+    /// or its nodes changed.
+    fn quiet_hints(&self) {
+        *self.inner.hints_quiet_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + HINTS_QUIET);
     }
 
     /// Takes over what `instance` (dead) owned, `at_once` at a time;

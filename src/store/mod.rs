@@ -444,6 +444,10 @@ pub struct Liveness {
     /// connection). Never true across a node's restart or failover (the
     /// node is another).
     pub silent: bool,
+    /// Nobody listens on its channel, and the node answering is not the
+    /// one it recorded (restarted, failed over, or not a primary): the
+    /// store's nodes changed under it.
+    pub moved: bool,
 }
 
 /// Relay id → session, for the relay endpoint that names only the relay.

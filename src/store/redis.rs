@@ -37,6 +37,11 @@
 //!   session it runs), `f:` and the session (another instance now follows
 //!   one it runs, so its appends are announced); published by the scripts
 //!   that cause them, so an owner subscribes once, not once per session
+//! - channel `{prefix}live:{<instance>}` — never published on: the
+//!   instance's liveness subscription, whose subscriber count is its death
+//!   hint (on a cluster a shard channel); `{prefix}live` — hash instance →
+//!   `<node> <generation>`, the node that held it when last confirmed
+//!   ([`liveness`])
 //!
 //! Every conditional write is one Lua script (`lua/*.lua`), because a
 //! check-then-write from the client would race with other replicas; a script
@@ -264,8 +269,10 @@ pub struct RedisStore {
     /// Index hints lost on their way, and the task writing them again.
     repairs: Arc<Repairs>,
     _repairer: AbortOnDropHandle<()>,
-    /// Death hints ([`liveness`]), and the task recording this instance's.
+    /// Death hints ([`liveness`]), their connection, and the task
+    /// recording this instance's.
     hints: Arc<liveness::Hints>,
+    probes: Conn,
     recorder: std::sync::Mutex<Option<AbortOnDropHandle<()>>>,
 }
 
@@ -282,7 +289,7 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let keys = Arc::new(Keys { prefix: config.key_prefix.clone() });
         let orphans = keys.orphans_channel();
-        let (connection, subscriber, publish) = match target {
+        let (connection, probes, subscriber, publish) = match target {
             RedisTarget::Node(url) => {
                 let client = match certificates(&config.tls) {
                     Some(certificates) => redis::Client::build_with_tls(url.as_str(), certificates),
@@ -298,7 +305,8 @@ impl RedisStore {
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
                 let manager = ConnectionManager::new_lazy_with_config(client.clone(), manager).map_err(map_err)?;
-                (Conn::Node(manager), Subscriber::spawn(client, notices, orphans), "PUBLISH")
+                let connection = Conn::Node(manager);
+                (connection.clone(), connection, Subscriber::spawn(client, notices, orphans), "PUBLISH")
             }
             RedisTarget::Cluster(seeds) => {
                 let builder = || {
@@ -317,7 +325,13 @@ impl RedisStore {
                 };
                 let client = builder().build().map_err(map_err)?;
                 let subscriber = Subscriber::spawn_cluster(builder(), notices, orphans)?;
-                (Conn::Cluster(Arc::new(LazyCluster::new(client))), subscriber, "SPUBLISH")
+                // The death hints' probes name nodes (a slot's primary),
+                // which may be down or stale during a failover: on a
+                // connection of their own, so their failures and the
+                // topology refreshes they cause never delay the store's
+                // commands.
+                let probes = Conn::Cluster(Arc::new(LazyCluster::new(builder().build().map_err(map_err)?)));
+                (Conn::Cluster(Arc::new(LazyCluster::new(client))), probes, subscriber, "SPUBLISH")
             }
         };
         let repairs = Arc::new(Repairs::new(metrics));
@@ -334,6 +348,7 @@ impl RedisStore {
             repairs,
             _repairer: AbortOnDropHandle::new(tokio::spawn(repairer.run())),
             hints: Arc::default(),
+            probes,
             recorder: std::sync::Mutex::new(None),
         })
     }
@@ -398,7 +413,7 @@ impl Notifications for RedisStore {
         if recorder.is_none() {
             self.hints.set_instance(instance);
             let record = liveness::record(
-                self.connection(),
+                self.probes.clone(),
                 self.keys.clone(),
                 self.hints.clone(),
                 self.subscriber.subscribed(),

@@ -6,8 +6,10 @@
 //! A session's notice channel is a shard channel (`SSUBSCRIBE`), tagged like
 //! the session's keys, so its notices are published by the node that holds
 //! the session (from inside the commit script) and go to that node's
-//! subscribers only; the orphans channel and the replica's own channel are
-//! plain channels, which a cluster broadcasts to every node. The cluster client (RESP3, a push sender) keeps
+//! subscribers only; so is the replica's liveness channel (its subscriber
+//! count is read on its slot's primary); the orphans channel and the
+//! replica's own channel are plain channels, which a cluster broadcasts to
+//! every node. The cluster client (RESP3, a push sender) keeps
 //! one connection per node, routes each `SSUBSCRIBE` to its slot's primary,
 //! and subscribes again by itself after it reconnects or learns a new
 //! topology. What it cannot tell us is what was published in between: a

@@ -45,6 +45,7 @@ async fn failover(wait_replicas: u32) -> usize {
         lease_ttl_secs: 10,
         chunk_delay: Duration::from_millis(50),
         redis_cluster: Some(ClusterShape { primaries: 3, replicas_per_primary: 1, wait_replicas }),
+        store_toml: std::env::var("XHOLD").unwrap_or_default(),
         ..ClusterOptions::default()
     })
     .await;
@@ -83,6 +84,15 @@ async fn failover(wait_replicas: u32) -> usize {
         }
         seen.push((session, transcript));
     }
+    // What held the turns' writes, as the clients were told.
+    let mut reasons: Vec<String> = seen
+        .iter()
+        .flat_map(|(_, t)| t.events.iter().filter(|e| e.kind == "held"))
+        .filter_map(|e| e.data["reason"].as_str().map(str::to_string))
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    eprintln!("cluster failover: held notices said {reasons:?}");
     let longest_pause = seen.iter().filter_map(|(_, t)| pause_after(t, killed_at)).max().unwrap_or_default();
     eprintln!("cluster failover: longest pause a client saw after the kill: {:.2}s", longest_pause.as_secs_f64());
 

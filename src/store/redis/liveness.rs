@@ -8,8 +8,10 @@
 //! held on its slot's primary), and its subscriber count there says whether
 //! the instance's connection lives. Each time the subscription task has
 //! (re)subscribed every channel, this instance records in the hash
-//! `{prefix}live` the node that holds it (`run_id` from `INFO server`, or
-//! `CLUSTER MYID`) and the subscription's generation.
+//! `{prefix}live` the node that holds it (its `run_id` from `INFO server`,
+//! new at every start of the process: a cluster node's `CLUSTER MYID`
+//! survives a restart, its subscriptions do not) and the subscription's
+//! generation.
 //!
 //! Another instance's channel with no subscriber says "dead" only on the
 //! node it recorded: after a Redis restart or a cluster failover every
@@ -88,7 +90,7 @@ pub(super) async fn record(conn: Conn, keys: Arc<Keys>, hints: Arc<Hints>, mut s
             }
             match probe(&mut conn.clone(), std::slice::from_ref(&channel)).await {
                 Ok(seen) => match seen.first() {
-                    Some((count, node)) if *count > 0 => {
+                    Some((count, node)) if *count > 0 && !node.is_empty() => {
                         let record = format!("{node} {generation}");
                         match hset(&conn, &keys, &instance, &record).await {
                             Ok(()) => break Some(Ok(())),
@@ -170,13 +172,15 @@ pub(super) async fn read(
         .zip(channels)
         .map(|((instance, record), channel)| {
             let recorded_node = record.split(' ').next().unwrap_or_default();
-            let silent = nodes.get(&channel).is_some_and(|(n, node)| *n == 0 && node == recorded_node);
-            Liveness { instance, record, silent }
+            let zero = nodes.get(&channel);
+            let silent = zero.is_some_and(|(n, node)| *n == 0 && node == recorded_node);
+            let moved = zero.is_some_and(|(n, node)| *n == 0 && node != recorded_node);
+            Liveness { instance, record, silent, moved }
         })
         .collect())
 }
 
-/// For each channel, its subscriber count and then the identity of the
+/// For each channel, its subscriber count and then the `run_id` of the
 /// node that answered (read after the count: a node replaced in between
 /// shows as another node, never the reverse).
 async fn probe(conn: &mut Conn, channels: &[String]) -> RedisResult<Vec<(u64, String)>> {
@@ -185,27 +189,37 @@ async fn probe(conn: &mut Conn, channels: &[String]) -> RedisResult<Vec<(u64, St
         for channel in channels {
             let mut count = redis::cmd("PUBSUB");
             count.arg("SHARDNUMSUB").arg(channel);
-            let replies = conn.on_node_of(channel, vec![count, redis::cmd("CLUSTER").arg("MYID").clone()]).await?;
-            let [counts, node] = replies.as_slice() else { return Err(unexpected("two replies")) };
-            seen.push((counts_of(counts)?.first().copied().unwrap_or(0), redis::from_redis_value_ref(node)?));
+            let replies = conn.on_node_of(channel, vec![count, info_server()]).await?;
+            let [counts, info] = replies.as_slice() else { return Err(unexpected("two replies")) };
+            seen.push((counts_of(counts)?.first().copied().unwrap_or(0), run_id(info)?));
         }
         Ok(seen)
     } else {
         let mut count = redis::cmd("PUBSUB");
         count.arg("NUMSUB").arg(channels);
-        let mut info = redis::cmd("INFO");
-        info.arg("server");
-        let replies = conn.on_node_of("", vec![count, info]).await?;
+        let replies = conn.on_node_of("", vec![count, info_server()]).await?;
         let [counts, info] = replies.as_slice() else { return Err(unexpected("two replies")) };
-        let info: String = redis::from_redis_value_ref(info)?;
-        let node = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .ok_or_else(|| unexpected("INFO server without run_id"))?
-            .trim()
-            .to_string();
+        let node = run_id(info)?;
         Ok(counts_of(counts)?.into_iter().map(|n| (n, node.clone())).collect())
     }
+}
+
+fn info_server() -> redis::Cmd {
+    let mut info = redis::cmd("INFO");
+    info.arg("server").arg("replication");
+    info
+}
+
+/// The node's `run_id`, new at every start of the process (a cluster
+/// node's id, `CLUSTER MYID`, survives a restart in `nodes.conf`, and a
+/// restarted node has lost every subscription); empty for a node that is
+/// not a primary (a cluster client's stale view may route there: a demoted
+/// node's count says nothing about where the instance subscribed since).
+fn run_id(info: &Value) -> RedisResult<String> {
+    let info: String = redis::from_redis_value_ref(info)?;
+    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let run_id = field("run_id:").ok_or_else(|| unexpected("INFO server without run_id"))?;
+    Ok(if field("role:") == Some("master") { run_id.to_string() } else { String::new() })
 }
 
 /// Subscriber counts alone.

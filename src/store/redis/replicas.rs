@@ -51,7 +51,7 @@ impl Replicas for RedisStore {
     }
 
     async fn liveness(&self, only: Option<&[String]>) -> Result<Vec<Liveness>, StoreError> {
-        liveness::read(&self.connection, &self.keys, &self.hints, only).await
+        liveness::read(&self.probes, &self.keys, &self.hints, only).await
     }
 
     async fn dead(&self, limit: usize) -> Result<Vec<String>, StoreError> {
