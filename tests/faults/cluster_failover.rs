@@ -100,10 +100,20 @@ async fn failover(wait_replicas: u32) -> usize {
     let mut lost = 0;
     for (session, transcript) in &seen {
         let log = cluster.event_log(0, session).await;
-        lost += transcript
+        let missing: Vec<u64> = transcript
             .log_events()
             .filter(|event| !log.log_events().any(|e| e.seq == event.seq && e.data == event.data))
-            .count();
+            .filter_map(|event| event.seq)
+            .collect();
+        if !missing.is_empty() && lost == 0 {
+            eprintln!(
+                "cluster failover: session {session}: the client saw seqs {:?}; the log read back has {:?} over {}; missing {missing:?}",
+                transcript.seqs(),
+                log.seqs(),
+                log.describe_connections()
+            );
+        }
+        lost += missing.len();
     }
     eprintln!("cluster failover: {lost} event(s) a client saw are not in the log afterwards");
     // Every subscription on the killed primary vanished with it, but the
