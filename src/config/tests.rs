@@ -124,6 +124,16 @@ fn a_store_is_one_redis_or_one_cluster_of_redis_urls() {
     assert_eq!(config.store.commit_linger, std::time::Duration::from_millis(50));
     let config = Config::from_toml(REST, &env_of(&[])).expect("valid");
     assert_eq!(config.store.commit_linger, std::time::Duration::ZERO, "off by default");
+    // Death hints every 100 ms by default, 0 turns them off, 5 s at most;
+    // a held turn's notices every 5 s, given up after 60 s.
+    assert_eq!(config.store.liveness_check, Some(std::time::Duration::from_millis(100)));
+    assert_eq!(config.store.hold_notice, std::time::Duration::from_secs(5));
+    assert_eq!(config.store.hold_max, std::time::Duration::from_secs(60));
+    let off = Config::from_toml(&format!("[store]\nliveness_check_ms = 0\n{REST}"), &env_of(&[])).expect("valid");
+    assert_eq!(off.store.liveness_check, None);
+    assert_eq!(path_of("[store]\nliveness_check_ms = 5001\n", &[]), vec!["store.liveness_check_ms"]);
+    assert_eq!(path_of("[store]\nhold_max_secs = 0\n", &[]), vec!["store.hold_max_secs"]);
+    assert_eq!(path_of("[store]\nhold_notice_secs = 0\n", &[]), vec!["store.hold_notice_secs"]);
 }
 
 #[test]
