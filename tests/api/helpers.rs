@@ -370,7 +370,9 @@ pub async fn spawn_replicas(n: usize, tweak: impl Fn(&mut AppOptions)) -> Vec<Te
 
 /// Every store key of `app`'s prefix with its serialized value (`DUMP`), to
 /// show that a refused request changed nothing. The instances' heartbeats
-/// (`{prefix}replicas`) and which instances follow a session (the state
+/// (`{prefix}replicas`) and liveness records (`{prefix}live`, written when
+/// an instance's subscription is confirmed) and which instances follow a
+/// session (the state
 /// hash's `fw` and `f:<instance>` fields, written by any stream) are left
 /// out: a state hash is compared by its other fields.
 pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String, Vec<u8>> {
@@ -378,9 +380,9 @@ pub async fn store_snapshot(app: &TestApp) -> std::collections::BTreeMap<String,
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let prefix = &app.config.store.key_prefix;
     let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut conn).await.unwrap();
-    let heartbeats = format!("{prefix}replicas");
+    let instances = [format!("{prefix}replicas"), format!("{prefix}live")];
     let mut snapshot = std::collections::BTreeMap::new();
-    for key in keys.into_iter().filter(|k| *k != heartbeats) {
+    for key in keys.into_iter().filter(|k| !instances.contains(k)) {
         let value = if key.ends_with(":state") {
             let fields: std::collections::BTreeMap<String, Vec<u8>> =
                 redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.unwrap();
