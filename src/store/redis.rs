@@ -272,6 +272,9 @@ pub struct RedisStore {
     /// Death hints ([`liveness`]), their connection, and the task
     /// recording this instance's.
     hints: Arc<liveness::Hints>,
+    /// `store.liveness_check_ms` is on: the liveness subscription is held
+    /// and recorded.
+    hints_wanted: bool,
     probes: Conn,
     recorder: std::sync::Mutex<Option<AbortOnDropHandle<()>>>,
 }
@@ -348,6 +351,7 @@ impl RedisStore {
             repairs,
             _repairer: AbortOnDropHandle::new(tokio::spawn(repairer.run())),
             hints: Arc::default(),
+            hints_wanted: config.liveness_check.is_some(),
             probes,
             recorder: std::sync::Mutex::new(None),
         })
@@ -409,6 +413,10 @@ impl Notifications for RedisStore {
     }
 
     async fn listen(&self, instance: &str) -> Result<(), StoreError> {
+        if !self.hints_wanted {
+            // No death hints: no liveness subscription to hold or record.
+            return self.subscriber.listen(self.keys.instance_channel(instance), None).await;
+        }
         let mut recorder = self.recorder.lock().expect("not poisoned").take();
         if recorder.is_none() {
             self.hints.set_instance(instance);
@@ -421,7 +429,7 @@ impl Notifications for RedisStore {
             recorder = Some(AbortOnDropHandle::new(tokio::spawn(record)));
         }
         *self.recorder.lock().expect("not poisoned") = recorder;
-        self.subscriber.listen(self.keys.instance_channel(instance), self.keys.live_channel(instance)).await
+        self.subscriber.listen(self.keys.instance_channel(instance), Some(self.keys.live_channel(instance))).await
     }
 
     async fn follow(&self, key: &SessionKey, instance: &str, following: bool) -> Result<(), StoreError> {

@@ -74,7 +74,7 @@ pub(super) enum Command {
     /// channel.
     Listen {
         channel: String,
-        live: String,
+        live: Option<String>,
         done: oneshot::Sender<()>,
     },
 }
@@ -121,7 +121,7 @@ impl Subscriber {
 
     /// Listens to `channel`, this replica's own, and subscribes `live`,
     /// its liveness channel, from now on.
-    pub(super) async fn listen(&self, channel: String, live: String) -> Result<(), StoreError> {
+    pub(super) async fn listen(&self, channel: String, live: Option<String>) -> Result<(), StoreError> {
         self.request(|done| Command::Listen { channel, live, done }).await
     }
 
@@ -185,10 +185,10 @@ impl Watches {
 
     /// Sets this replica's own and liveness channels; true if they are new
     /// (subscribe).
-    pub(super) fn listen(&mut self, channel: String, live: String) -> bool {
-        let new = self.own.as_ref() != Some(&channel) || self.live.as_ref() != Some(&live);
+    pub(super) fn listen(&mut self, channel: String, live: Option<String>) -> bool {
+        let new = self.own.as_ref() != Some(&channel) || self.live != live;
         self.own = Some(channel);
-        self.live = Some(live);
+        self.live = live;
         new
     }
 
@@ -407,10 +407,13 @@ impl Task {
                     Some(sink) if new => {
                         let result = async {
                             subscribe(sink, &channel).await?;
-                            subscribe(sink, &live).await
+                            match &live {
+                                Some(live) => subscribe(sink, live).await,
+                                None => Ok(()),
+                            }
                         }
                         .await;
-                        if result.is_ok() {
+                        if result.is_ok() && live.is_some() {
                             bump(&self.generation);
                         }
                         result

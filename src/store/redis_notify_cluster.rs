@@ -218,11 +218,15 @@ impl State {
                 {
                     let subscribed = async {
                         command_on(connection, "SUBSCRIBE", &channel).await?;
-                        command_on(connection, "SSUBSCRIBE", &live).await
+                        match &live {
+                            Some(live) => command_on(connection, "SSUBSCRIBE", live).await,
+                            None => Ok(()),
+                        }
                     }
                     .await;
                     match subscribed {
-                        Ok(()) => bump(generation),
+                        Ok(()) if live.is_some() => bump(generation),
+                        Ok(()) => {}
                         Err(_) => self.lost("SUBSCRIBE failed"),
                     }
                 }

@@ -22,12 +22,13 @@
 //! bounds. Reading the hints is `ownership.rs`'s (twice, tens of ms apart,
 //! before it takes anything over).
 //!
+//! With `store.liveness_check_ms = 0` an instance neither holds nor
+//! records a liveness subscription (nobody can read it dead by a hint).
 //! On a Redis Cluster the hints are off unless `store.liveness_check_ms`
 //! is set: they work there (the kill fault test runs on a cluster), but in
-//! the fault suite's primary failover under 50 turns a replica with hints
-//! on sometimes stopped answering requests for tens of seconds after the
-//! failover (2 runs in 4 under the whole suite's load, none with hints
-//! off), not yet explained.
+//! the fault suite's primary failover under 50 turns a replica sometimes
+//! stopped answering requests for tens of seconds after the failover, not
+//! yet explained.
 //!
 //! Before this instance reads or offers hints it checks that it can see
 //! its own subscription from its command connection; a proxy that does not
