@@ -131,8 +131,6 @@ struct Inner {
     recovering: DashMap<SessionKey, ()>,
     /// Instances found dead by their death hint (`ownership.rs`).
     hinted: DashMap<String, ownership::Hinted>,
-    /// Until when no new death hint is believed (`ownership.rs`).
-    hints_quiet_until: std::sync::Mutex<Option<tokio::time::Instant>>,
     tasks: TaskTracker,
     /// Cancelled at the end of shutdown: background tasks stop.
     shutdown: CancellationToken,
@@ -192,7 +190,6 @@ impl Sessions {
                 idle: tokio::sync::Notify::new(),
                 recovering: DashMap::new(),
                 hinted: DashMap::new(),
-                hints_quiet_until: Default::default(),
                 tasks,
                 shutdown,
                 drain: CancellationToken::new(),

@@ -166,42 +166,21 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
 
     if let Some(every) = sessions.config().store.liveness_check {
         let checker = sessions.clone();
-        let stop = shutdown.clone();
-        let alive = beating.clone();
+        let ticks = Ticks { beating: beating.clone(), stop: shutdown.clone(), every, woken: None };
         tasks.spawn(async move {
-            tokio::select! {
-                () = alive.cancelled() => {}
-                () = stop.cancelled() => return,
-            }
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = stop.cancelled() => break,
-                }
-                checker.check_liveness().await;
+            let mut ticks = ticks.start().await;
+            let mut quiet_until = None;
+            while ticks.next().await {
+                checker.check_liveness(&mut quiet_until).await;
             }
         });
     }
 
     let sweeper = sessions.clone();
-    let stop = shutdown.clone();
-    let woken = sweep_now.clone();
+    let ticks = Ticks { beating, stop: shutdown.clone(), every: period, woken: Some(sweep_now.clone()) };
     tasks.spawn(async move {
-        // Take nothing over before this instance is known to be alive.
-        tokio::select! {
-            () = beating.cancelled() => {}
-            () = stop.cancelled() => return,
-        }
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = woken.notified() => {}
-                () = stop.cancelled() => break,
-            }
+        let mut ticks = ticks.start().await;
+        while ticks.next().await {
             sweeper.sweep().await;
         }
     });
@@ -228,6 +207,55 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
             }
         }
     });
+}
+
+/// A periodic pass that begins once this instance is known to be alive
+/// (its first heartbeat): nothing is taken over before.
+struct Ticks {
+    beating: CancellationToken,
+    stop: CancellationToken,
+    every: Duration,
+    /// Also runs a pass at once when notified.
+    woken: Option<std::sync::Arc<Notify>>,
+}
+
+struct Ticking {
+    ticks: Ticks,
+    /// `None` when stopped before the first beat.
+    interval: Option<tokio::time::Interval>,
+}
+
+impl Ticks {
+    async fn start(self) -> Ticking {
+        let started = tokio::select! {
+            () = self.beating.cancelled() => true,
+            () = self.stop.cancelled() => false,
+        };
+        let interval = started.then(|| {
+            let mut interval = tokio::time::interval(self.every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval
+        });
+        Ticking { ticks: self, interval }
+    }
+}
+
+impl Ticking {
+    /// Waits for the next pass; false once stopped.
+    async fn next(&mut self) -> bool {
+        let Some(interval) = self.interval.as_mut() else { return false };
+        let woken = async {
+            match &self.ticks.woken {
+                Some(woken) => woken.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = interval.tick() => true,
+            () = woken => true,
+            () = self.ticks.stop.cancelled() => false,
+        }
+    }
 }
 
 /// Takes `key` over, read as `record`, if it should be running but its
@@ -419,40 +447,26 @@ impl Sessions {
 
     /// One pass of the hint checker: instances found dead (see the module
     /// docs), those found alive again, and what the dead still own.
-    async fn check_liveness(&self) {
+    /// `quiet_until`: no new hint is believed before then (the store
+    /// failed a read of them or one of its nodes changed).
+    async fn check_liveness(&self, quiet_until: &mut Option<Instant>) {
         if self.inner.drain.is_cancelled() || self.inner.halted.load(Ordering::SeqCst) {
             return;
         }
         let replicas = &self.store().replicas;
-        if self
-            .inner
-            .hints_quiet_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|until| Instant::now() < until)
-        {
+        if quiet_until.is_some_and(|until| Instant::now() < until) {
             // Nothing is read while quiet: the store is failing or moving.
             self.sweep_hinted().await;
             return;
         }
-        let rows = match replicas.liveness(None).await {
-            Ok(rows) => rows,
-            Err(_) => {
-                self.quiet_hints();
-                return;
-            }
-        };
+        let mut quiet = || *quiet_until = Some(Instant::now() + HINTS_QUIET);
+        let Ok(rows) = replicas.liveness(None).await else { return quiet() };
         // A node of the store restarted or failed over: subscriptions are
         // moving, counts of zero mean nothing until they settle.
-        if rows.iter().any(|row| row.moved) {
-            self.quiet_hints();
+        let moved = rows.iter().any(|row| row.moved);
+        if moved {
+            quiet();
         }
-        let quiet = self
-            .inner
-            .hints_quiet_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|until| Instant::now() < until);
         let hinted = &self.inner.hinted;
         hinted.retain(|instance, hint| match rows.iter().find(|row| &row.instance == instance) {
             Some(row) if row.record != hint.record => {
@@ -466,7 +480,7 @@ impl Sessions {
         });
         let silent: Vec<(String, String)> = rows
             .into_iter()
-            .filter(|row| !quiet && row.silent && !hinted.contains_key(&row.instance))
+            .filter(|row| !moved && row.silent && !hinted.contains_key(&row.instance))
             .map(|row| (row.instance, row.record))
             .collect();
         if !silent.is_empty() {
@@ -474,10 +488,7 @@ impl Sessions {
             let instances: Vec<String> = silent.iter().map(|(instance, _)| instance.clone()).collect();
             let again = match replicas.liveness(Some(&instances)).await {
                 Ok(again) if !again.iter().any(|row| row.moved) => again,
-                _ => {
-                    self.quiet_hints();
-                    return;
-                }
+                _ => return quiet(),
             };
             for row in again {
                 if row.silent && silent.iter().any(|(i, record)| *i == row.instance && *record == row.record) {
@@ -511,12 +522,6 @@ impl Sessions {
                 }
             }
         }
-    }
-
-    /// No new death hint is believed for [`HINTS_QUIET`]: the store failed
-    /// or its nodes changed.
-    fn quiet_hints(&self) {
-        *self.inner.hints_quiet_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + HINTS_QUIET);
     }
 
     /// Takes over what `instance` (dead) owned, `at_once` at a time;

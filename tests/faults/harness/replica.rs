@@ -183,6 +183,20 @@ impl Replica {
         std::fs::read_to_string(self.log_path()).is_ok_and(|log| log.contains(text))
     }
 
+    /// Waits until the replica's log has a line containing `text`; false
+    /// after `timeout`. (A log file gives no event to wait on: it is read
+    /// every 100 ms.)
+    pub async fn wait_for_log(&self, text: &str, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.log_contains(text) {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        true
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("switchboard.log")
     }
