@@ -28,43 +28,16 @@ use crate::{
     auth::{self, Authenticator},
     config::Config,
     cors::{self, CorsPolicy},
-    error,
+    error::{self, REQUEST_ID_HEADER},
     limits::{self, RateLimits},
     orchestrator::{Orchestrator, prompt},
     protocol::ModelLimits,
     providers::Providers,
     sessions::{Sessions, TurnRunner},
+    state::AppState,
     store::{NOTICE_CHANNEL, Store, StoreError},
     telemetry::{attributes as attr, metrics::Metrics, timing, trace},
 };
-
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
-
-/// What every handler can reach. Cheap to clone: everything is shared.
-#[derive(Clone)]
-pub struct AppState {
-    pub config: Arc<Config>,
-    pub store: Store,
-    pub sessions: Sessions,
-    pub metrics: Arc<Metrics>,
-    /// Each model alias's context window and reserved output, for encoders.
-    pub model_limits: ModelLimits,
-    /// The model providers, shared with the orchestrator: one-shot calls
-    /// (`/summarize`) are made by a handler, outside any turn.
-    pub providers: Arc<Providers>,
-    /// `ENABLED_PROMPTS`, parsed once at start-up (the orchestrator and the
-    /// Holmes handler build the same system prompt from it).
-    pub enabled_prompts: Arc<Option<Vec<String>>>,
-    /// Cancelled when shutdown begins; long-lived streams end on it so clients
-    /// reconnect to another replica.
-    pub shutdown: CancellationToken,
-    /// Every background task is spawned here; shutdown waits for them.
-    pub tasks: TaskTracker,
-    /// Whether the sandbox worked at start-up (`/readyz` reports it).
-    pub sandbox: Arc<crate::sandbox::Probe>,
-    /// Workspace templates, read at start-up.
-    pub seeds: Arc<crate::workspace::Seeds>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {

@@ -1,4 +1,4 @@
-//! The command line of DESIGN.md: `serve` (the default), `token`, `key` and
+//! The command line of docs/design.md ("Process"): `serve` (the default), `token`, `key` and
 //! `check-config`. Each subcommand loads the configuration the same way.
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};

@@ -15,8 +15,9 @@
 //! answer `{"error": "…"}`, HolmesGPT routes (`/api/…`) FastAPI's
 //! `{"detail": "…"}`, and for a field that fails validation FastAPI's list
 //! `{"detail": [{"loc": ["body", …], "msg": "…", "type": "…"}]}` (built from
-//! [`FieldError`]). Internal details (`ErrorReport::detail`) are logged,
-//! never sent.
+//! [`FieldError`]); which routes are whose is the dialect registry's
+//! ([`crate::config::Dialect`]). Internal details (`ErrorReport::detail`)
+//! are logged, never sent.
 
 use axum::{
     extract::Request,
@@ -25,6 +26,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::json;
+
+use crate::config::{Dialect, ErrorStyle};
+
+/// The header that carries a request's id: set (or kept from the load
+/// balancer) by the middleware stack, echoed on every response and put in
+/// every error body.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// Stable machine-readable error codes, used in bodies and metric labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,34 +260,16 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Which error body shape a route's clients expect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyStyle {
-    Standard,
-    /// llm-gateway: `{"error": "<message>"}`.
-    LlmGateway,
-    /// HolmesGPT (FastAPI): `{"detail": "<message>"}`, or the list of a
-    /// validation error.
-    Holmes,
-}
-
-fn body_style(path: &str) -> BodyStyle {
-    match crate::auth::route_dialect(path) {
-        Some(crate::config::Dialect::LlmGateway) => BodyStyle::LlmGateway,
-        Some(crate::config::Dialect::Holmes) => BodyStyle::Holmes,
-        _ => BodyStyle::Standard,
-    }
+/// The error body a route's clients parse: its dialect's, else the standard one.
+fn body_style(path: &str) -> ErrorStyle {
+    Dialect::of_path(path).map_or(ErrorStyle::Standard, |dialect| dialect.spec().errors)
 }
 
 /// The one rescue: every error response leaves through here.
 pub async fn render_errors(request: Request, next: Next) -> Response {
     let style = body_style(request.uri().path());
-    let request_id = request
-        .headers()
-        .get(crate::app::REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let request_id =
+        request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let response = next.run(request).await;
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
@@ -294,13 +284,13 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
     log_once(&error, status);
 
     let body = match style {
-        BodyStyle::Standard => json!({"error": {
+        ErrorStyle::Standard => json!({"error": {
             "code": error.code.as_str(),
             "message": error.message,
             "request_id": request_id,
         }}),
-        BodyStyle::LlmGateway => json!({"error": error.message}),
-        BodyStyle::Holmes => match &error.field {
+        ErrorStyle::LlmGateway => json!({"error": error.message}),
+        ErrorStyle::Holmes => match &error.field {
             Some(field) => json!({"detail": [{"loc": field.loc, "msg": field.msg, "type": field.kind}]}),
             None => json!({"detail": error.message}),
         },

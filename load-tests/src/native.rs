@@ -5,7 +5,11 @@
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::{Result, procs::MODEL, sse::Frames, streams::SILENCE};
+use crate::{
+    Result,
+    procs::MODEL,
+    sse::{Frames, SILENCE},
+};
 
 /// One SSE event of the native API.
 #[derive(Debug, Clone)]

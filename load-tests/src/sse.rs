@@ -11,6 +11,9 @@ use crate::Result;
 /// Longest wait for one frame: a stalled stream fails the phase, never hangs.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest silence on a stream before it counts as failed.
+pub const SILENCE: Duration = Duration::from_secs(120);
+
 #[derive(Debug, Clone)]
 pub struct Frame {
     pub id: Option<u64>,

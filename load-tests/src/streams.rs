@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{Result, mock::Order, native::Native, procs::MODEL, sse::Frames};
-
-/// Longest silence on a stream before it counts as failed.
-pub const SILENCE: Duration = Duration::from_secs(120);
+use crate::{
+    Result,
+    mock::Order,
+    native::Native,
+    procs::MODEL,
+    sse::{Frames, SILENCE},
+};
 
 /// Who answers, and in which wire format (`--dialects native,ai-sdk,…`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

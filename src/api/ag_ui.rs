@@ -1,4 +1,4 @@
-//! The AG-UI endpoint (PROTOCOLS.md §6), for `@ag-ui/client`'s
+//! The AG-UI endpoint (docs/protocols.md §6), for `@ag-ui/client`'s
 //! `HttpAgent({url: "/v1/ag-ui"})`: `POST` a `RunAgentInput`, get the run's
 //! events as SSE.
 //!
@@ -30,15 +30,15 @@ use super::{
     stream,
 };
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{
         Answers, ApprovalMode, ChatMessage, ContextEntry, Decision, FrontendMode, FrontendTool, Role, RunInput,
         Session, SessionOptions,
     },
     error::{ApiError, ErrorCode},
+    principal::Principal,
     protocol::ag_ui::AgUiEncoder,
     sessions::NewSession,
+    state::AppState,
 };
 
 /// `RunAgentInput`. Unknown fields (`protocolVersion`, `parentRunId`, …)

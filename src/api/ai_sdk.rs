@@ -1,4 +1,4 @@
-//! The Vercel AI SDK chat endpoints (PROTOCOLS.md §5), for `useChat` (ai@6
+//! The Vercel AI SDK chat endpoints (docs/protocols.md §5), for `useChat` (ai@6
 //! and ai@7) with `DefaultChatTransport({api: "/v1/ai-sdk/chat"})`:
 //!
 //! - `POST /v1/ai-sdk/chat` `{id, messages, trigger, messageId?}` plus our
@@ -44,12 +44,12 @@ use serde::Deserialize;
 use self::messages::{UiConversation, UiMessage, tool_parts};
 use super::{client_chat, stream};
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{ApprovalMode, FrontendTool, SessionOptions},
     error::ApiError,
+    principal::Principal,
     protocol::ai_sdk::{AiSdkEncoder, AiSdkVersion, VERSION_HEADER},
     sessions::NewSession,
+    state::AppState,
 };
 
 /// `DefaultChatTransport`'s body. Other fields an app adds are ignored.

@@ -22,11 +22,11 @@
 
 use super::ApiError;
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{Answers, ChatMessage, RunInput, Session, Status},
     error::ErrorCode,
+    principal::Principal,
     sessions::{NewSession, SessionError, Started},
+    state::AppState,
 };
 
 /// Longest client-chosen id.

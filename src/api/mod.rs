@@ -5,6 +5,7 @@ mod ag_ui;
 mod ai_sdk;
 mod client_chat;
 mod console;
+mod extract;
 mod holmes;
 mod llm_gateway;
 mod native;
@@ -19,7 +20,7 @@ use axum::{
     routing::{get, post},
 };
 
-use crate::{app::AppState, error::ApiError};
+use crate::{error::ApiError, state::AppState};
 
 /// Every route of the gateway; the session console's when `console` is on.
 pub fn routes(console: bool) -> Router<AppState> {
@@ -58,7 +59,7 @@ pub async fn not_found() -> ApiError {
 }
 
 /// The model aliases and patterns the caller's tenant may use, as written.
-fn visible_models(state: &AppState, principal: &crate::auth::Principal) -> Result<Vec<String>, ApiError> {
+fn visible_models(state: &AppState, principal: &crate::principal::Principal) -> Result<Vec<String>, ApiError> {
     let tenant =
         state.config.tenants.get(&*principal.tenant).ok_or_else(|| ApiError::unauthorized("unknown tenant"))?;
     Ok(tenant.visible_models(&state.config.models).into_iter().map(str::to_string).collect())
@@ -66,7 +67,7 @@ fn visible_models(state: &AppState, principal: &crate::auth::Principal) -> Resul
 
 /// Refuses a model id that names no configured model (alias or pattern)
 /// the caller's tenant may use, listing those it may.
-fn check_model(state: &AppState, principal: &crate::auth::Principal, model: &str) -> Result<(), ApiError> {
+fn check_model(state: &AppState, principal: &crate::principal::Principal, model: &str) -> Result<(), ApiError> {
     let tenant =
         state.config.tenants.get(&*principal.tenant).ok_or_else(|| ApiError::unauthorized("unknown tenant"))?;
     if state.config.model(model).is_some_and(|m| tenant.allows(m.key)) {
@@ -83,7 +84,7 @@ fn check_model(state: &AppState, principal: &crate::auth::Principal, model: &str
 /// (see [`crate::config::Config::default_model`]); neither is a 400.
 fn model_or_default(
     state: &AppState,
-    principal: &crate::auth::Principal,
+    principal: &crate::principal::Principal,
     model: Option<&str>,
 ) -> Result<String, ApiError> {
     let model = match model.filter(|m| !m.is_empty()) {

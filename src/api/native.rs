@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 
 use super::stream;
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{Answers, ApprovalMode, Decision, FrontendTool, PermissionRules, RelayDecision, SessionOptions},
     error::ApiError,
+    principal::Principal,
     protocol::{Encoder, FORMATS, ai_sdk::AiSdkEncoder, encoder_for},
     providers::{ChatMessage, Role},
     sessions::{ListRequest, NewSession, SessionView},
+    state::AppState,
 };
 
 #[derive(Debug, Deserialize)]

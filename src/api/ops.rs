@@ -6,8 +6,8 @@ use axum::{Json, extract::State, http::header, response::IntoResponse};
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
     error::{ApiError, ErrorCode},
+    state::AppState,
 };
 
 /// How long readiness waits for the store before calling it down.

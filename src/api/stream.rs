@@ -37,10 +37,10 @@ use futures::{StreamExt, stream::BoxStream};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::{
-    app::AppState,
-    auth::Principal,
+    principal::Principal,
     protocol::{Encoder, EventKind, Frame, LogEvent, Transport},
     sessions::{FollowItem, Follower, Sessions},
+    state::AppState,
     telemetry::metrics::StreamGuard,
 };
 

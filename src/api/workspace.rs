@@ -14,9 +14,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::{
-    app::AppState,
-    auth::Principal,
     error::{ApiError, ErrorCode},
+    principal::Principal,
+    state::AppState,
     workspace::SeedError,
 };
 

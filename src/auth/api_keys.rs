@@ -26,8 +26,8 @@ use arc_swap::ArcSwap;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use super::Principal;
 use crate::config::{ApiKey, Config, access};
+use crate::principal::Principal;
 
 /// How often `api_keys_file`s are checked for changes.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);

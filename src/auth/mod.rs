@@ -6,7 +6,7 @@
 //! page asks for a credential and sends it with every API call) pass
 //! without a credential, so a new route is protected unless it is added to
 //! that list — or unless the deployment opts in to anonymous requests on a
-//! dialect's routes (`[anonymous]`, [`route_dialect`]): a request that sends
+//! dialect's routes (`[anonymous]`, [`Dialect::of_path`]): a request that sends
 //! *no* credential there acts as the configured tenant and subject; one that
 //! sends a bad credential is still refused.
 //!
@@ -48,8 +48,8 @@ use std::{
 };
 
 use axum::{
-    extract::{FromRequestParts, Request, State},
-    http::{header, request::Parts},
+    extract::{Request, State},
+    http::header,
     middleware::Next,
     response::Response,
 };
@@ -66,6 +66,7 @@ use crate::{
     config::{Anonymous, Config, Dialect, TenantConfig},
     cors::CorsPolicy,
     error::{ApiError, ErrorCode},
+    principal::Principal,
 };
 
 /// Routes reachable without a token: probes and the metrics scrape.
@@ -74,20 +75,6 @@ pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics"];
 /// The session console's page and assets (public when `server.console` is
 /// on; the page itself asks for a credential).
 pub const CONSOLE_PATH: &str = "/console";
-
-/// Who is calling, from a verified token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    pub tenant: Arc<str>,
-    pub subject: String,
-    pub scopes: Vec<String>,
-}
-
-impl Principal {
-    pub fn has_scope(&self, scope: &str) -> bool {
-        self.scopes.iter().any(|s| s == scope)
-    }
-}
 
 /// The claims Switchboard reads and writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -214,7 +201,7 @@ impl Authenticator {
     /// The anonymous principal, if `path` is a route the deployment opened.
     fn anonymous_for(&self, path: &str) -> Option<Principal> {
         let anonymous = self.anonymous.as_ref()?;
-        let dialect = route_dialect(path)?;
+        let dialect = Dialect::of_path(path)?;
         anonymous.routes.contains(&dialect).then(|| Principal {
             tenant: Arc::from(anonymous.tenant.as_str()),
             subject: anonymous.subject.clone(),
@@ -347,26 +334,6 @@ pub enum Credential {
 /// The header that carries an API key (Holmes deployments send it).
 pub const API_KEY_HEADER: &str = "x-api-key";
 
-/// The dialect whose routes `path` belongs to, for `[anonymous] routes`.
-pub fn route_dialect(path: &str) -> Option<Dialect> {
-    let under = |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'));
-    if under("/api") {
-        Some(Dialect::Holmes)
-    } else if under("/chat") || path == "/models" || path == "/summarize" {
-        Some(Dialect::LlmGateway)
-    } else if under("/v1/sessions") {
-        Some(Dialect::Native)
-    } else if under("/v1/ai-sdk") {
-        Some(Dialect::AiSdk)
-    } else if under("/v1/ag-ui") {
-        Some(Dialect::AgUi)
-    } else if under("/v1/zot") {
-        Some(Dialect::Zot)
-    } else {
-        None
-    }
-}
-
 /// A bearer credential shaped like a JWT: three base64url segments, the
 /// first a JSON object (`eyJ` is `{"` encoded). Anything else is an API key.
 fn looks_like_jwt(credential: &str) -> bool {
@@ -420,16 +387,4 @@ fn credential(request: &Request) -> Result<Option<Credential>, AuthError> {
         return Err(AuthError::Malformed);
     }
     Ok(Some(Credential::Bearer(token.to_owned())))
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Principal {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<Principal>()
-            .cloned()
-            .ok_or_else(|| ApiError::unauthorized(AuthError::Missing.to_string()))
-    }
 }

@@ -9,6 +9,8 @@ use std::{fmt, path::PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::Dialect;
+
 /// One accepted API key: the SHA-256 of the key, the subject requests made
 /// with it act as, and the scopes they carry.
 #[derive(Clone, PartialEq, Eq)]
@@ -97,37 +99,6 @@ impl ApiKeys {
     }
 }
 
-/// The families of routes, by the dialect they speak: what `[anonymous]
-/// routes` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dialect {
-    Holmes,
-    LlmGateway,
-    Native,
-    AiSdk,
-    AgUi,
-    Zot,
-}
-
-impl Dialect {
-    pub const ALL: [Self; 6] = [Self::Holmes, Self::LlmGateway, Self::Native, Self::AiSdk, Self::AgUi, Self::Zot];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Holmes => "holmes",
-            Self::LlmGateway => "llm-gateway",
-            Self::Native => "native",
-            Self::AiSdk => "ai-sdk",
-            Self::AgUi => "ag-ui",
-            Self::Zot => "zot",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.as_str() == name)
-    }
-}
-
 /// Credential-less requests on the routes of `routes` act as `subject` of
 /// `tenant`. Off unless configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,13 +134,5 @@ mod tests {
         let anonymous = format!("api_keys = [{{ sha256 = \"{}\" }}]", "0".repeat(64));
         assert!(parse_keys_file(&anonymous).unwrap_err().starts_with("api_keys[0].subject"));
         assert!(parse_keys_file("api_keys = [{ key = \"plain\" }]").is_err(), "unknown fields are refused");
-    }
-
-    #[test]
-    fn dialect_names_round_trip() {
-        for dialect in Dialect::ALL {
-            assert_eq!(Dialect::parse(dialect.as_str()), Some(dialect));
-        }
-        assert_eq!(Dialect::parse("cosmo"), None);
     }
 }

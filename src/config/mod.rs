@@ -13,6 +13,7 @@
 
 pub mod access;
 pub mod cors;
+mod dialect;
 pub mod http2;
 mod models;
 mod raw;
@@ -22,8 +23,9 @@ mod validate;
 use std::{collections::BTreeMap, fmt, net::SocketAddr, path::Path, time::Duration};
 
 pub use self::{
-    access::{Anonymous, ApiKey, ApiKeys, Dialect},
+    access::{Anonymous, ApiKey, ApiKeys},
     cors::{CorsConfig, OriginPattern},
+    dialect::{Dialect, DialectSpec, ErrorStyle},
     models::{
         ModelConfig, PATTERN_SUFFIX, Prices, ProviderKind, Resilience, ResolvedModel, pattern_prefix, resolve_key,
     },
@@ -232,11 +234,10 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// Whether sessions of `dialect` get a title: not Holmes' or
-    /// llm-gateway's, whose clients hold their own conversations and show
-    /// no session list (a title would be a model call per chat for nobody).
+    /// Whether sessions of `dialect` get a title: on, and the dialect's
+    /// clients show a session list ([`DialectSpec::titles`]).
     pub fn titles_for(&self, dialect: &str) -> bool {
-        self.titles && !matches!(dialect, "holmes" | "llm-gateway")
+        self.titles && Dialect::titles(dialect)
     }
 }
 

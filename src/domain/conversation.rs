@@ -1,6 +1,6 @@
 //! The conversation as the session keeps it: messages, tool calls and token
 //! usage. These follow OpenAI's Chat Completions messages, the lingua franca
-//! of the seeds; providers translate them to their wire formats, dialects
+//! of the client dialects (docs/protocols.md); providers translate them to their wire formats, dialects
 //! convert their own message shapes into them.
 
 use serde::{Deserialize, Serialize};

@@ -43,6 +43,17 @@ impl OutputStream {
     }
 }
 
+/// A permission decision on a live relay, written by whichever replica
+/// received it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayDecision {
+    pub approved: bool,
+    #[serde(default)]
+    pub always: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// A tool call waiting for a permission decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingRelay {

@@ -9,8 +9,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::run::ContextEntry;
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionOptions {
     #[serde(default)]
@@ -186,4 +184,12 @@ pub struct DenyRule {
     pub tool_call_id: String,
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// A piece of context the application gives the model (AG-UI's
+/// `{description, value}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextEntry {
+    pub description: String,
+    pub value: String,
 }

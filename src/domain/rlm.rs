@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{conversation::ChatMessage, session::RelayDecision};
+use super::{conversation::ChatMessage, events::RelayDecision};
 
 /// How an rlm turn runs, from the request that started the session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,10 +9,9 @@
 //! Not here: checking that a frontend tool's name does not clash with a
 //! server tool's (configuration, so the API layer's).
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::options::FrontendTool;
+use super::options::{ContextEntry, FrontendTool};
 
 /// The declarations of one run.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -23,14 +22,6 @@ pub struct RunInput {
     pub context: Vec<ContextEntry>,
     /// The client's state: replaces the session's; `None` keeps it.
     pub state: Option<Value>,
-}
-
-/// A piece of context the application gives the model (AG-UI's
-/// `{description, value}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContextEntry {
-    pub description: String,
-    pub value: String,
 }
 
 /// The state of a session no client has given one: an empty object, as

@@ -438,9 +438,9 @@ mod turn;
 
 pub use self::rlm::{EXEC_TOOL, Reply as RlmReply};
 pub use self::turn::{
-    AnswerRules, Answers, CallDecision, CallPlan, Decision, PlannedCall, RelayDecision, StepOutput, StepRestart,
-    Truncation, TurnState,
+    AnswerRules, Answers, CallDecision, CallPlan, Decision, PlannedCall, StepOutput, StepRestart, Truncation, TurnState,
 };
+pub use super::events::RelayDecision;
 
 #[cfg(test)]
 mod rlm_tests;

@@ -56,9 +56,9 @@ use tokio::time::Instant;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    auth::Principal,
     config::{Config, RateLimitConfig, StoreFailure},
     error::{ApiError, ErrorCode},
+    principal::Principal,
     store::{Quotas, RateDecision},
     telemetry::metrics::Metrics,
 };

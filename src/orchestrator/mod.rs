@@ -15,6 +15,7 @@
 
 mod compaction;
 pub mod context;
+mod end;
 mod model_call;
 pub mod one_shot;
 pub mod permissions;

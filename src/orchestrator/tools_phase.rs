@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use super::{Orchestrator, context, permissions, permissions::Verdict, subagent, turn::End};
+use super::{Orchestrator, context, end::End, permissions, permissions::Verdict, subagent};
 use crate::{
     config::ModelConfig,
     domain::{ApprovalMode, CallDecision, FrontendMode, PermissionRules, ToolCall, ToolOutcome, Truncation},

@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use super::{
     Orchestrator, context,
-    model_call::{self, Failure, Output, StepError},
+    end::{End, step_failure},
+    model_call::{self, Output},
     title,
     tools_phase::{self, Phase},
 };
@@ -34,27 +35,6 @@ use crate::{
     providers::{ModelProvider, ModelRequest},
     sessions::{RunHandle, SessionError, Stop, main_agent},
 };
-
-/// How a turn stops.
-pub(super) enum End {
-    Finished(TurnEndReason),
-    Paused,
-    Failed {
-        code: FailureCode,
-        message: String,
-        /// For a rate limit: when a retry may pass.
-        retry_after_secs: Option<u64>,
-    },
-    /// The turn's token was cancelled: [`RunHandle::stop_reason`] says why
-    /// (cancel it, hand it off, or leave it to whoever runs it next).
-    Stopped,
-}
-
-impl End {
-    fn failed(code: FailureCode, message: impl Into<String>) -> Self {
-        Self::Failed { code, message: message.into(), retry_after_secs: None }
-    }
-}
 
 /// Runs the turn to its end and records it. Logs one line at its start and
 /// one at its end (ids, outcome and counts: never message text; the span
@@ -201,15 +181,6 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             return Ok(End::Finished(TurnEndReason::Final));
         }
         handle.commit().await?;
-    }
-}
-
-/// The end of a turn whose model call failed.
-pub(super) fn step_failure(error: StepError) -> Result<End, SessionError> {
-    match error.into_failure() {
-        Ok(Failure { code, message, retry_after_secs }) => Ok(End::Failed { code, message, retry_after_secs }),
-        Err(StepError::Session(e)) => Err(e),
-        Err(_) => Ok(End::Stopped),
     }
 }
 

@@ -1,4 +1,4 @@
-//! AG-UI (PROTOCOLS.md §6), protocol 1.0 as `@ag-ui/client`'s `HttpAgent`
+//! AG-UI (docs/protocols.md §6), protocol 1.0 as `@ag-ui/client`'s `HttpAgent`
 //! reads it: `data: <event>` frames (with our `id: <seq>`, which it
 //! ignores), LF line ends, no `[DONE]`. Every event carries `timestamp`
 //! (integer milliseconds).

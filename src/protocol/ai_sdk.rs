@@ -1,4 +1,4 @@
-//! The Vercel AI SDK UI message stream, protocol v1 (PROTOCOLS.md §5), as
+//! The Vercel AI SDK UI message stream, protocol v1 (docs/protocols.md §5), as
 //! the npm `ai` package's `DefaultChatTransport` and `useChat` read it, in
 //! ai@6 and ai@7: `data: <chunk>` frames (with our `id: <seq>`), closed by
 //! `data: [DONE]`, with the `x-vercel-ai-ui-message-stream: v1` header

@@ -1,4 +1,4 @@
-//! The Cosmo dialect (PROTOCOLS.md §3): one JSON `ChatEvent` per SSE frame,
+//! The Cosmo dialect (docs/protocols.md §3): one JSON `ChatEvent` per SSE frame,
 //! `data: {sessionId, type, …}` with our `id: <seq>` (no `event:` line, so
 //! `EventSource.onmessage` sees every frame).
 //!

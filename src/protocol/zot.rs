@@ -1,4 +1,4 @@
-//! The zot dialect (PROTOCOLS.md §4): NDJSON, one bare event object per
+//! The zot dialect (docs/protocols.md §4): NDJSON, one bare event object per
 //! line, as zot's agent writes them and Colibri's Glasspane reads them.
 //!
 //! zot's `turn` is one model call, our *step*; our turn is its run up to

@@ -8,8 +8,8 @@
 
 use super::{SessionError, Sessions, Started, fence_of, ownership};
 use crate::{
-    auth::Principal,
     domain::{Answers, ChatMessage, EventKind, RelayDecision, RunInput, Session, Status},
+    principal::Principal,
     store::{CancelRequest, Decided, Record, SessionKey},
 };
 

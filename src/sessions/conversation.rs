@@ -9,8 +9,8 @@
 
 use super::{NewSession, SessionError, Sessions, Started};
 use crate::{
-    auth::Principal,
     domain::{ChatMessage, RunInput, Session},
+    principal::Principal,
     store::SessionKey,
 };
 

@@ -30,6 +30,26 @@ use crate::{
     store::SessionKey,
 };
 
+impl EventHub {
+    /// Follows the session's log after `after` (see [`Follower`]), with the
+    /// events after `context_from` up to `after` first as context (none
+    /// when it is `after`); `idle`: the session was not running when the
+    /// follow began.
+    pub async fn follow(&self, key: SessionKey, context_from: u64, after: u64, idle: bool) -> Follower {
+        let feed = self.join(&key);
+        // Made before any wait, so a follow abandoned meanwhile releases
+        // the feed (the follower's drop does).
+        let mut follower = Follower::new(self.clone(), key.clone(), feed.clone(), context_from, after, idle);
+        // (A session at rest here, making its title, replays: its follow
+        // may end at once.)
+        if context_from == after && !idle && follower.join_local() {
+            return follower;
+        }
+        self.subscribe(&key, &feed).await;
+        follower
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     /// Reading the stored log after the cursor, a page at a time.

@@ -16,7 +16,7 @@
 //! registered as a follower there (so the owner announces its appends on
 //! the session's channel, `Notice::Appended`), and the hub reads each
 //! announced range once and hands it to every local follower. A
-//! [`Follower`] (`follower.rs`) replays from the store after its cursor,
+//! [`Follower`](super::follower::Follower) (`follower.rs`) replays from the store after its cursor,
 //! then takes live events from the feed. When a session stops running
 //! here while clients still follow it (a hand-off, a takeover elsewhere),
 //! its feed registers then.
@@ -33,7 +33,6 @@ use dashmap::DashMap;
 use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-pub use super::follower::Follower;
 use crate::{
     domain::{Event, EventKind, Held, LogEvent},
     store::{LogRange, Notice, SessionKey, Store, StoreError},
@@ -239,27 +238,9 @@ impl EventHub {
         hub
     }
 
-    /// Follows the session's log after `after` (see [`Follower`]), with the
-    /// events after `context_from` up to `after` first as context (none
-    /// when it is `after`); `idle`: the session was not running when the
-    /// follow began.
-    pub async fn follow(&self, key: SessionKey, context_from: u64, after: u64, idle: bool) -> Follower {
-        let feed = self.join(&key);
-        // Made before any wait, so a follow abandoned meanwhile releases
-        // the feed (the follower's drop does).
-        let mut follower = Follower::new(self.clone(), key.clone(), feed.clone(), context_from, after, idle);
-        // (A session at rest here, making its title, replays: its follow
-        // may end at once.)
-        if context_from == after && !idle && follower.join_local() {
-            return follower;
-        }
-        self.subscribe(&key, &feed).await;
-        follower
-    }
-
     /// The feed of `key`, created for its first follower, with one more
     /// follower counted.
-    fn join(&self, key: &SessionKey) -> Arc<Feed> {
+    pub(super) fn join(&self, key: &SessionKey) -> Arc<Feed> {
         let entry = self.inner.feeds.entry(key.clone()).or_insert_with(|| Arc::new(Feed::new()));
         entry.followers.fetch_add(1, Ordering::SeqCst);
         entry.clone()
@@ -272,7 +253,7 @@ impl EventHub {
     /// commit after it is announced and heard. The two are independent (the
     /// subscription has its own connection), so they run at once: one round
     /// trip, not two.
-    async fn subscribe(&self, key: &SessionKey, feed: &Feed) {
+    pub(super) async fn subscribe(&self, key: &SessionKey, feed: &Feed) {
         feed.subscribed
             .get_or_init(|| async {
                 let notifications = &self.inner.store.notifications;

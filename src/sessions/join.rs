@@ -12,7 +12,7 @@
 //! [`Sessions::follow`] does: there is nothing running to join.
 
 use super::{Follower, SessionError, Sessions};
-use crate::{auth::Principal, domain::Session, store::SessionKey};
+use crate::{domain::Session, principal::Principal, store::SessionKey};
 
 /// A joined stream: the follower, and the session it restates (with its
 /// conversation) when a turn runs.

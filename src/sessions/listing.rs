@@ -16,8 +16,8 @@ use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 
 use super::{ADMIN_SCOPE, SessionError, Sessions, commit::decode, resume};
 use crate::{
-    auth::Principal,
     domain::Session,
+    principal::Principal,
     store::{Deleted, Deletion, ListPosition, ListScope, Listed, Record, SessionKey},
 };
 

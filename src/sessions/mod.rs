@@ -47,7 +47,8 @@ pub use self::{
     commands::Loaded,
     commit::Started,
     error::SessionError,
-    hub::{EventHub, FollowItem, Follower},
+    follower::Follower,
+    hub::{EventHub, FollowItem},
     join::Joined,
     listing::{ListRequest, Page},
     resume::{FindError, ResumeLookup},
@@ -60,9 +61,9 @@ use self::{
     writer::Writer,
 };
 use crate::{
-    auth::Principal,
     config::Config,
     domain::{AgentRef, Event, EventKind, Session, SessionOptions, SessionSpec, now_ms},
+    principal::Principal,
     store::{Commit, Fence, Notice, Record, SessionKey, Store},
     telemetry::{attributes as attr, metrics::Metrics, trace},
 };

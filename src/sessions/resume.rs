@@ -31,8 +31,8 @@ use sha2::{Digest, Sha256};
 
 use super::{SessionError, Sessions};
 use crate::{
-    auth::Principal,
     domain::{ChatMessage, ImagePart, Role, Session, Status},
+    principal::Principal,
     store::SessionKey,
 };
 

@@ -7,7 +7,7 @@
 //! here, like any read of it.
 
 use super::{Follower, SessionError, Sessions, ownership};
-use crate::{auth::Principal, store::SessionKey};
+use crate::{principal::Principal, store::SessionKey};
 
 impl Sessions {
     /// Follows session `id` after `after` for its title only (see

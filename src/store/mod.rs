@@ -22,6 +22,7 @@ mod memory;
 mod redis;
 mod redis_notify;
 mod redis_notify_cluster;
+mod redis_watches;
 mod timed;
 mod workspace;
 

@@ -30,7 +30,7 @@ use tokio::{
 
 use super::{
     Notice,
-    redis_notify::{Command, Watches, bump},
+    redis_watches::{Command, Watches, bump},
 };
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

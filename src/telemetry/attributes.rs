@@ -1,5 +1,5 @@
 //! Span attribute names: the OpenTelemetry GenAI semantic conventions
-//! (PROTOCOLS.md §8) and the gateway's own. Defined here because the Rust
+//! (docs/protocols.md §8) and the gateway's own. Defined here because the Rust
 //! semantic-conventions crate has deprecated its GenAI constants; every span
 //! names its fields through these (`{ attributes::X } = value`).
 

@@ -1,4 +1,4 @@
-//! llm-gateway's patch grammar (LLMGW-TOOLS.md §1, `patch`): `*** Begin
+//! llm-gateway's patch grammar (docs/llm-gateway-tools.md §1, `patch`): `*** Begin
 //! Patch` … `*** End Patch` around `*** Add File:`, `*** Delete File:` and
 //! `*** Update File:` operations with `@@` hunks, parsed and applied with
 //! its error texts. Pure: parsing and applying hunks to text; the file

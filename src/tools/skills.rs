@@ -1,4 +1,4 @@
-//! Skills, as llm-gateway has them (LLMGW-TOOLS.md §2): every immediate
+//! Skills, as llm-gateway has them (docs/llm-gateway-tools.md §2): every immediate
 //! subdirectory `D` of each `[skills] dirs` entry with a `D/SKILL.md` whose
 //! front matter (`---\n…\n---` at the very start, `key: value` lines split
 //! at the first `:`) has a `name` and a `description`. Found once, at

@@ -1,6 +1,6 @@
 //! The default tools `bash`, `read` and `patch`, with llm-gateway's schemas,
 //! result shapes (`{context, result?}`: the model reads `context`) and error
-//! texts (LLMGW-TOOLS.md §1), on the session's workspace: `bash` in the
+//! texts (docs/llm-gateway-tools.md §1), on the session's workspace: `bash` in the
 //! sandbox, `read` and `patch` in this process on the materialised
 //! directory, confined to it (and `read` to the skills too).
 //!

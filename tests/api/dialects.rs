@@ -7,7 +7,7 @@
 //! Golden files: `tests/api/golden/cosmo_*.sse`, `zot_*.ndjson`. After a
 //! deliberate change of an encoder, regenerate them with
 //! `UPDATE_GOLDEN=1 cargo test --test api dialects` and review the diff
-//! against the seeds (`../shared/seeds/003_*` for Cosmo, `004_*` for zot).
+//! against docs/protocols.md (§3 for Cosmo, §4 for zot).
 
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};

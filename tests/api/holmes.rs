@@ -8,7 +8,7 @@
 //! appearance, heartbeat comments dropped). After a deliberate change of the
 //! encoder, regenerate them with
 //! `UPDATE_GOLDEN=1 cargo test --test api holmes` and review the diff
-//! against the seed docs (`shared/seeds/000_*`, `001_*`) before keeping it.
+//! against docs/protocols.md §1 (seeds 000 and 001) before keeping it.
 
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};

@@ -17,6 +17,7 @@ mod config_cli;
 mod cors;
 mod credentials;
 mod dialects;
+mod docs_links;
 mod fuzz;
 mod h2c;
 mod health;

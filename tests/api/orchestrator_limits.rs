@@ -159,6 +159,6 @@ async fn an_anthropic_model_continues_a_cut_step_with_a_prefill() {
     a_cut_step_is_continued_from_its_durable_text("resumable-claude", 3).await;
 }
 
-fn principal() -> switchboard::auth::Principal {
-    switchboard::auth::Principal { tenant: "acme".into(), subject: "alice".into(), scopes: vec![] }
+fn principal() -> switchboard::principal::Principal {
+    switchboard::principal::Principal { tenant: "acme".into(), subject: "alice".into(), scopes: vec![] }
 }

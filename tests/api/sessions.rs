@@ -255,8 +255,8 @@ async fn creating_a_session_with_an_unknown_model_lists_the_allowed_ones() {
     assert!(body["error"]["message"].as_str().unwrap().contains("allowed: demo"), "{body}");
 }
 
-fn principal(tenant: &str, subject: &str) -> switchboard::auth::Principal {
-    switchboard::auth::Principal { tenant: tenant.into(), subject: subject.into(), scopes: vec![] }
+fn principal(tenant: &str, subject: &str) -> switchboard::principal::Principal {
+    switchboard::principal::Principal { tenant: tenant.into(), subject: subject.into(), scopes: vec![] }
 }
 
 /// The newcomer's path on the embedded defaults' store: the demo model asks

@@ -10,7 +10,7 @@
 //!
 //! Golden file: `tests/api/golden/cosmo_title.sse` (regenerate with
 //! `UPDATE_GOLDEN=1 cargo test --test api titles`, and review it against
-//! `../shared/seeds/003_*`).
+//! docs/protocols.md §3).
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};

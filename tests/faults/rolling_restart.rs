@@ -2,7 +2,7 @@
 //! turn after turn, each followed by a rejoining client, while each replica
 //! in turn gets SIGTERM, must exit 0 within its grace, and is started again.
 //!
-//! The drain contract (DESIGN, "Process"): readiness is 503 at once, every
+//! The drain contract (docs/design.md, "Process"): readiness is 503 at once, every
 //! open stream ends with a `retry:` line and an `event: reconnect` frame,
 //! every running turn is handed to another replica at once (well before its
 //! lease would expire), and the process exits 0 within

@@ -17,7 +17,7 @@ use axum::{
     routing::get,
 };
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const CONSOLE_JS: &str = include_str!("assets/console.js");

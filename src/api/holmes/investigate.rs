@@ -34,13 +34,13 @@ use super::{
     validation,
 };
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{ApprovalMode, ChatMessage, Role, Section, SessionOptions},
     error::{ApiError, FieldError},
     orchestrator::prompt,
+    principal::Principal,
     protocol::holmes::investigation,
     sessions::NewSession,
+    state::AppState,
 };
 
 /// The one prompt template served (HolmesGPT's default).

@@ -1,4 +1,4 @@
-//! HolmesGPT dialect (`/api/…`): see PROTOCOLS.md §1 and seeds 000/001.
+//! HolmesGPT dialect (`/api/…`): see docs/protocols.md §1 (seeds 000/001).
 //!
 //! `POST /api/chat` (and seed 001's `/api/stream/chat`, the same events
 //! always streamed) is three requests in one:
@@ -32,13 +32,13 @@ use self::{
     respond::{Shape, respond},
 };
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{ApprovalMode, ChatMessage, FrontendMode, Role, SessionOptions},
     error::{ApiError, ErrorCode},
     orchestrator::prompt,
+    principal::Principal,
     protocol::holmes::HolmesEncoder,
     sessions::NewSession,
+    state::AppState,
 };
 
 /// `GET /api/model`: the model aliases the caller's tenant may use. (The real

@@ -18,12 +18,12 @@ use serde_json::{Value, json};
 use super::request::parse_history;
 use crate::{
     api::stream,
-    app::AppState,
-    auth::Principal,
     domain::FailureCode,
     error::{ApiError, ErrorCode},
+    principal::Principal,
     protocol::{Frame, holmes::HolmesEncoder},
     sessions::Started,
+    state::AppState,
     telemetry::timing::UpstreamElapsed,
 };
 

@@ -25,11 +25,11 @@ use super::{
     seed,
 };
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{AnswerRules, Answers, ChatMessage, Decision, Role},
     error::ApiError,
+    principal::Principal,
     sessions::{FindError, NewSession, ResumeLookup},
+    state::AppState,
 };
 
 /// What the model reads for a call the user denied (HolmesGPT's text); the

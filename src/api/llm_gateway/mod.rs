@@ -1,5 +1,5 @@
 //! llm-gateway dialect (`/chat`, `/chat/relay/{relayId}`, `/models`,
-//! `/summarize`): see PROTOCOLS.md §2. Errors on these routes use its
+//! `/summarize`): see docs/protocols.md §2. Errors on these routes use its
 //! `{"error": "…"}` body (`error.rs` picks the shape by path), and every
 //! malformed body is a 400, as llm-gateway answers: bodies are parsed here,
 //! not by axum's `Json` (whose type errors would be 422s). The message
@@ -30,12 +30,12 @@ use serde_json::{Value, json};
 use super::stream;
 use crate::{
     api::openai_messages::WireMessage,
-    app::AppState,
-    auth::Principal,
     domain::{ApprovalMode, ChatMessage, PermissionRules, RelayDecision, Role, SessionOptions, rlm::RlmOptions},
     error::ApiError,
+    principal::Principal,
     protocol::llm_gateway::LlmGatewayEncoder,
     sessions::{NewSession, SessionError},
+    state::AppState,
 };
 
 /// `GET /models`: the tenant's model aliases and patterns, and the model

@@ -1,4 +1,4 @@
-//! llm-gateway's `POST /summarize` (LLMGW-TOOLS.md §4): `{model?, messages,
+//! llm-gateway's `POST /summarize` (docs/llm-gateway-tools.md §4): `{model?, messages,
 //! sourceIds?}`, summarized by one model call and streamed as SSE (frames:
 //! `protocol::llm_gateway::summary`). As in llm-gateway it is a raw call:
 //! no agent loop, no tools, no relay — and here not a session either, so
@@ -20,12 +20,12 @@ use tracing::Instrument as _;
 
 use crate::{
     api::stream,
-    app::AppState,
-    auth::Principal,
     domain::{ChatMessage, Role, Usage},
     error::ApiError,
     orchestrator::one_shot::{self, Delta, OneShot, OneShotError},
+    principal::Principal,
     protocol::{Frame, llm_gateway::summary::SummaryEncoder},
+    state::AppState,
     telemetry::metrics::StreamGuard,
 };
 

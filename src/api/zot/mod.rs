@@ -43,12 +43,12 @@ use serde_json::{Value, json};
 
 use super::stream;
 use crate::{
-    app::AppState,
-    auth::Principal,
     domain::{ApprovalMode, ChatMessage, ImagePart, Role, SessionOptions},
     error::ApiError,
+    principal::Principal,
     protocol::{Frame, zot::ZotEncoder},
     sessions::{NewSession, SessionError, Started},
+    state::AppState,
 };
 
 /// Commands one request may carry.

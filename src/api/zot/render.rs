@@ -5,12 +5,12 @@
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
-    auth::Principal,
     config::ProviderKind,
     domain::{ChatMessage, Role},
+    principal::Principal,
     protocol::Frame,
     sessions::SessionView,
+    state::AppState,
 };
 
 /// `get_state`: the session's model and size, whether a turn runs, and its

@@ -363,6 +363,39 @@ fn validate_input_limits(errors: &mut ConfigErrors, raw: &RawServer) -> InputLim
     }
 }
 
+/// A provider key named by `api_key_env` or read from `api_key_file` (a
+/// mounted secret: surrounding whitespace is dropped, an empty file refused).
+fn api_key(
+    errors: &mut ConfigErrors,
+    path: &str,
+    var: Option<String>,
+    file: Option<String>,
+    env: EnvLookup<'_>,
+) -> Option<Secret> {
+    match (var, file) {
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            errors.push(path, "set api_key_env or api_key_file, not both");
+            None
+        }
+        (Some(var), None) => env_secret(errors, &format!("{path}.api_key_env"), &var, env),
+        (None, Some(file)) => {
+            let at = format!("{path}.api_key_file");
+            match std::fs::read_to_string(&file) {
+                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
+                Ok(_) => {
+                    errors.push(at, format!("{file} is empty"));
+                    None
+                }
+                Err(e) => {
+                    errors.push(at, format!("cannot read {file}: {e}"));
+                    None
+                }
+            }
+        }
+    }
+}
+
 fn env_secret(errors: &mut ConfigErrors, path: &str, var: &str, env: EnvLookup<'_>) -> Option<Secret> {
     match env(var) {
         Some(value) => Some(Secret::new(value)),

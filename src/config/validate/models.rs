@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use super::tenants::api_key;
+use super::api_key;
 use crate::config::{
     ConfigErrors, EnvLookup, ModelConfig, PATTERN_SUFFIX, Prices, ProviderKind, Resilience, models::resolve,
     pattern_prefix, raw::RawModel,

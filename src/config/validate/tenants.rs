@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::{
-    check_identifier, cors::validate_tenant_origins, env_secret, jwt::validate_jwt, models::check_model_id, positive,
+    api_key, check_identifier, cors::validate_tenant_origins, jwt::validate_jwt, models::check_model_id, positive,
 };
 use crate::config::{
-    ApiKeys, ConfigErrors, EnvLookup, JwtConfig, ModelConfig, ProviderKind, RateLimitConfig, Secret, TenantConfig,
+    ApiKeys, ConfigErrors, EnvLookup, JwtConfig, ModelConfig, ProviderKind, RateLimitConfig, TenantConfig,
     access::read_keys_file, raw::RawTenant,
 };
 
@@ -129,37 +129,4 @@ fn validate_api_keys(
         }
     });
     ApiKeys { keys, file }
-}
-
-/// A provider key named by `api_key_env` or read from `api_key_file` (a
-/// mounted secret: surrounding whitespace is dropped, an empty file refused).
-pub(super) fn api_key(
-    errors: &mut ConfigErrors,
-    path: &str,
-    var: Option<String>,
-    file: Option<String>,
-    env: EnvLookup<'_>,
-) -> Option<Secret> {
-    match (var, file) {
-        (None, None) => None,
-        (Some(_), Some(_)) => {
-            errors.push(path, "set api_key_env or api_key_file, not both");
-            None
-        }
-        (Some(var), None) => env_secret(errors, &format!("{path}.api_key_env"), &var, env),
-        (None, Some(file)) => {
-            let at = format!("{path}.api_key_file");
-            match std::fs::read_to_string(&file) {
-                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
-                Ok(_) => {
-                    errors.push(at, format!("{file} is empty"));
-                    None
-                }
-                Err(e) => {
-                    errors.push(at, format!("cannot read {file}: {e}"));
-                    None
-                }
-            }
-        }
-    }
 }

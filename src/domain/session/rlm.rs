@@ -9,10 +9,9 @@
 use super::{Refused, Session, Status, StepOutput, conflict, invalid};
 use crate::domain::{
     conversation::{ChatMessage, Role},
-    events::{EventKind, PendingRelay, now_ms},
+    events::{EventKind, PendingRelay, RelayDecision, now_ms},
     options::ToolRule,
     rlm::{Cell, CellOutput, ExecAsk, RlmState, Tape, feedback},
-    session::RelayDecision,
 };
 
 /// What a model reply held.

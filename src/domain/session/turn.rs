@@ -116,17 +116,6 @@ pub enum CallDecision {
     Client,
 }
 
-/// A permission decision on a live relay, written by whichever replica
-/// received it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RelayDecision {
-    pub approved: bool,
-    #[serde(default)]
-    pub always: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
 /// A client's answers to a paused turn.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Answers {

@@ -1,4 +1,4 @@
-//! rlm mode (llm-gateway's `mode: "rlm"`, LLMGW-TOOLS.md §3): a turn whose
+//! rlm mode (llm-gateway's `mode: "rlm"`, docs/llm-gateway-tools.md §3): a turn whose
 //! model writes one ```` ```js ```` cell per reply, run in the session's
 //! REPL (`crate::repl`), whose output is the model's next input, until a
 //! cell calls `FINAL(answer)` or the turn uses its iterations.
@@ -30,8 +30,8 @@ use self::{
 };
 use super::{
     Orchestrator,
+    end::{End, step_failure},
     model_call::{self, Output},
-    turn::{End, step_failure},
 };
 use crate::{
     config::{Config, ModelConfig},

@@ -1,4 +1,4 @@
-//! The HolmesGPT dialect (PROTOCOLS.md §1): canonical events as Holmes' SSE
+//! The HolmesGPT dialect (docs/protocols.md §1): canonical events as Holmes' SSE
 //! events, `event: <name>` + `data: <json>`, plus the `id: <seq>` of the
 //! event each frame comes from (Holmes clients ignore it; a rejoin uses it).
 //!

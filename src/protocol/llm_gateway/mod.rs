@@ -1,4 +1,4 @@
-//! The llm-gateway dialect (PROTOCOLS.md §2): `event: <type>` frames whose
+//! The llm-gateway dialect (docs/protocols.md §2): `event: <type>` frames whose
 //! `data` repeats the type and carries `runId`, `agentId` and, for
 //! subagents, `parentId`. Frames keep our `id: <seq>` so a stream can be
 //! rejoined with `Last-Event-ID`. `summary.rs` renders `POST /summarize`,

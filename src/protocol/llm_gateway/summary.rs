@@ -1,4 +1,4 @@
-//! The frames of llm-gateway's `POST /summarize` (LLMGW-TOOLS.md §4): not a
+//! The frames of llm-gateway's `POST /summarize` (docs/llm-gateway-tools.md §4): not a
 //! session but one model call, streamed as the provider's events are:
 //! `connected {sessionId, sourceIds}` first, then `text` / `reasoning
 //! {runId, id, content}` as they arrive, `usage {runId, inputTokens,

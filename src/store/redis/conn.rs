@@ -22,7 +22,7 @@ use redis::{
 };
 use tokio::sync::OnceCell;
 
-use super::repair::Redo;
+use crate::store::SessionKey;
 
 /// A cluster connection, made by the first command that needs it; a failed
 /// attempt leaves it unmade, so the next command tries again.
@@ -296,6 +296,16 @@ impl Spread {
         self.roles.push(Role::Hint(Some(redo)));
         &mut self.pipe
     }
+}
+
+/// A lost index entry: what it is derived from when written again (by
+/// [`repair`](super::repair), which queues what [`Conn::send`] reports lost).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Redo {
+    /// The session's entry in its owner's `owned` set or in `orphans`.
+    Ownership(SessionKey),
+    /// A created session's entry `position` in the list `list`.
+    Listed { key: SessionKey, list: String, position: String },
 }
 
 /// What [`Conn::send`] answers.

@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 
 use super::{
     Keys,
-    conn::{Conn, Spread},
+    conn::{Conn, Redo, Spread},
     map_err,
 };
 use crate::{
@@ -49,15 +49,6 @@ const MAX_PENDING: usize = 100_000;
 
 /// The wait before a round that failed is tried again.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
-
-/// A lost index entry: what it is derived from when written again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Redo {
-    /// The session's entry in its owner's `owned` set or in `orphans`.
-    Ownership(SessionKey),
-    /// A created session's entry `position` in the list `list`.
-    Listed { key: SessionKey, list: String, position: String },
-}
 
 /// What one session waits for.
 #[derive(Debug, Default)]

@@ -20,9 +20,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::{
     RedisStore,
-    conn::{Conn, Spread},
+    conn::{Conn, Redo, Spread},
     map_err,
-    repair::Redo,
 };
 use crate::store::{
     Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange,

@@ -5,7 +5,7 @@
 //!
 //! Golden transcripts: `tests/api/golden/llm_gateway_*.sse` (see
 //! `support/raw_sse.rs` for how they are regenerated); review a diff
-//! against the seed (../shared/seeds/002_*.txt) and LLMGW-TOOLS.md.
+//! against docs/protocols.md §2 and docs/llm-gateway-tools.md.
 
 mod anonymous;
 mod chat;

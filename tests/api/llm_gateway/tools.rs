@@ -1,6 +1,6 @@
 //! llm-gateway's default tools (`bash`, `read`, `patch`) through `POST /chat`:
 //! their results and errors, word for word as llm-gateway's tools give
-//! them (LLMGW-TOOLS.md §1), in a golden transcript. One tool call per
+//! them (docs/llm-gateway-tools.md §1), in a golden transcript. One tool call per
 //! model step, so the order is fixed: the patch grammar's errors, a patch
 //! before its file was read, a hunk whose context is not found, an added
 //! file that exists, a successful update, reads of a missing and a binary

@@ -4,7 +4,8 @@
 //! scripted conversation, with session ids, relay ids and timestamps
 //! replaced by placeholders. After a deliberate change of a wire format,
 //! regenerate them with `UPDATE_GOLDEN=1 cargo test --test api golden`, and
-//! review the diff by hand against the seeds (../shared/seeds/) before
+//! review the diff by hand against docs/protocols.md (see docs/sources.md,
+//! "Reviewing a golden transcript") before
 //! checking it in.
 
 use std::{collections::BTreeSet, path::PathBuf};

@@ -25,7 +25,7 @@ use super::{config::ReplicaConfig, ports::free_port, process};
 const READY_POLL: Duration = Duration::from_millis(25);
 /// Fresh ports tried when another process took the reserved one first.
 const START_ATTEMPTS: usize = 3;
-/// Environment variables that would override the file (DESIGN: "Environment
+/// Environment variables that would override the file (docs/design.md, "Process": "Environment
 /// variables override file values"); a developer's shell must not leak in.
 const OVERRIDES: [&str; 7] = [
     "SWITCHBOARD_CONFIG",
