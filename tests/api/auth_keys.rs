@@ -398,6 +398,11 @@ fn assert_one_error(jwt: &str, env: &[(&str, &str)], path: &str, message_part: &
     assert!(errors[0].1.contains(message_part), "{jwt}: {:?} lacks {message_part:?}", errors[0].1);
 }
 
+/// [`assert_one_error`] for the one key `key` of `jwt.keys`, at its `field`.
+fn assert_key_error(key: &str, env: &[(&str, &str)], field: &str, message_part: &str) {
+    assert_one_error(&format!("{{ keys = [{key}] }}"), env, &format!("tenants[0].jwt.keys[0].{field}"), message_part);
+}
+
 #[test]
 fn a_configuration_with_every_kind_of_key_validates() {
     let env = env_of(&[
@@ -464,46 +469,21 @@ fn a_tenant_with_no_key_at_all_is_refused() {
 #[test]
 fn bad_algorithms_are_refused_with_their_path() {
     let secret = r#"secret = "0123456789abcdef0123""#;
-    assert_one_error(
-        &format!(r#"{{ keys = [{{ alg = "none", {secret} }}] }}"#),
-        &[],
-        "tenants[0].jwt.keys[0].alg",
-        "not one of",
-    );
+    assert_key_error(&format!(r#"{{ alg = "none", {secret} }}"#), &[], "alg", "not one of");
     assert_one_error(
         &format!(r#"{{ keys = [{{ alg = "HS999", {secret} }}] }}"#),
         &[],
         "tenants[0].jwt.keys[0].alg",
         "\"HS999\"",
     );
-    assert_one_error(
-        &format!(r#"{{ keys = [{{ kid = "x", {secret} }}] }}"#),
-        &[],
-        "tenants[0].jwt.keys[0].alg",
-        "required",
-    );
+    assert_key_error(&format!(r#"{{ kid = "x", {secret} }}"#), &[], "alg", "required");
 }
 
 #[test]
 fn hmac_secrets_shorter_than_16_bytes_are_refused_with_their_path() {
-    assert_one_error(
-        r#"{ keys = [{ alg = "HS256", secret = "short" }] }"#,
-        &[],
-        "tenants[0].jwt.keys[0].secret",
-        "16 bytes",
-    );
-    assert_one_error(
-        r#"{ keys = [{ alg = "HS384", secret_env = "S" }] }"#,
-        &[("S", "short")],
-        "tenants[0].jwt.keys[0].secret_env",
-        "16 bytes",
-    );
-    assert_one_error(
-        r#"{ keys = [{ alg = "HS256", secret_env = "UNSET" }] }"#,
-        &[],
-        "tenants[0].jwt.keys[0].secret_env",
-        "UNSET is not set",
-    );
+    assert_key_error(r#"{ alg = "HS256", secret = "short" }"#, &[], "secret", "16 bytes");
+    assert_key_error(r#"{ alg = "HS384", secret_env = "S" }"#, &[("S", "short")], "secret_env", "16 bytes");
+    assert_key_error(r#"{ alg = "HS256", secret_env = "UNSET" }"#, &[], "secret_env", "UNSET is not set");
     // The shorthand keeps its path.
     assert_one_error(r#"{ hs256_secret = "short" }"#, &[], "tenants[0].jwt", "16 bytes");
 }
@@ -539,20 +519,20 @@ fn keys_with_the_wrong_kind_of_material_are_refused() {
 
 #[test]
 fn unreadable_and_unparsable_public_keys_are_refused_with_their_path() {
-    assert_one_error(
-        r#"{ keys = [{ alg = "RS256", public_key_file = "/nonexistent/acme.pem" }] }"#,
+    assert_key_error(
+        r#"{ alg = "RS256", public_key_file = "/nonexistent/acme.pem" }"#,
         &[],
-        "tenants[0].jwt.keys[0].public_key_file",
+        "public_key_file",
         "cannot read /nonexistent/acme.pem",
     );
     let mut garbage = tempfile::NamedTempFile::new().unwrap();
     garbage.write_all(b"-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n").unwrap();
     let garbage = garbage.path().display().to_string();
     for (alg, kind) in [("RS256", "RSA"), ("ES256", "P-256"), ("EdDSA", "Ed25519")] {
-        assert_one_error(
-            &format!(r#"{{ keys = [{{ alg = "{alg}", public_key_file = "{garbage}" }}] }}"#),
+        assert_key_error(
+            &format!(r#"{{ alg = "{alg}", public_key_file = "{garbage}" }}"#),
             &[],
-            "tenants[0].jwt.keys[0].public_key_file",
+            "public_key_file",
             kind,
         );
     }
@@ -561,32 +541,27 @@ fn unreadable_and_unparsable_public_keys_are_refused_with_their_path() {
     let ed = fixture("ed25519_public.pem");
     let rsa = fixture("rsa_a_public.pem");
     for (alg, file) in [("RS256", &ec), ("ES256", &rsa), ("ES384", &ec), ("EdDSA", &ec), ("ES256", &ed)] {
-        assert_one_error(
-            &format!(r#"{{ keys = [{{ alg = "{alg}", public_key_file = "{file}" }}] }}"#),
+        assert_key_error(
+            &format!(r#"{{ alg = "{alg}", public_key_file = "{file}" }}"#),
             &[],
-            "tenants[0].jwt.keys[0].public_key_file",
+            "public_key_file",
             "public key in PEM",
         );
     }
     // A private key where the public one belongs.
-    assert_one_error(
-        &format!(r#"{{ keys = [{{ alg = "RS256", public_key_file = "{}" }}] }}"#, fixture("rsa_a_private.pem")),
+    assert_key_error(
+        &format!(r#"{{ alg = "RS256", public_key_file = "{}" }}"#, fixture("rsa_a_private.pem")),
         &[],
-        "tenants[0].jwt.keys[0].public_key_file",
+        "public_key_file",
         "private key",
     );
-    assert_one_error(
-        r#"{ keys = [{ alg = "EdDSA", public_key_env = "ED_PEM" }] }"#,
+    assert_key_error(
+        r#"{ alg = "EdDSA", public_key_env = "ED_PEM" }"#,
         &[("ED_PEM", "not pem at all")],
-        "tenants[0].jwt.keys[0].public_key_env",
+        "public_key_env",
         "Ed25519",
     );
-    assert_one_error(
-        r#"{ keys = [{ alg = "EdDSA", public_key_env = "ED_PEM" }] }"#,
-        &[],
-        "tenants[0].jwt.keys[0].public_key_env",
-        "ED_PEM is not set",
-    );
+    assert_key_error(r#"{ alg = "EdDSA", public_key_env = "ED_PEM" }"#, &[], "public_key_env", "ED_PEM is not set");
 }
 
 #[test]
@@ -599,12 +574,7 @@ fn duplicate_and_empty_kids_are_refused() {
         fixture("rsa_a_public.pem")
     );
     assert_one_error(&jwt, &[], "tenants[0].jwt.keys[1].kid", "duplicate kid \"k1\"");
-    assert_one_error(
-        r#"{ keys = [{ kid = "", alg = "HS256", secret = "0123456789abcdef0123" }] }"#,
-        &[],
-        "tenants[0].jwt.keys[0].kid",
-        "empty",
-    );
+    assert_key_error(r#"{ kid = "", alg = "HS256", secret = "0123456789abcdef0123" }"#, &[], "kid", "empty");
 }
 
 #[test]

@@ -10,6 +10,15 @@ fn switchboard() -> Command {
     command
 }
 
+/// The least a configuration file holds: a tenant and the demo model.
+const ACME_ON_DEMO: &str = r#"
+[[tenants]]
+id = "acme"
+jwt = { hs256_secret = "0123456789abcdef" }
+[models.demo]
+provider = "demo"
+"#;
+
 fn file_with(text: &str) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(text.as_bytes()).unwrap();
@@ -47,15 +56,7 @@ permision = "allow"
 
 #[test]
 fn check_config_accepts_a_good_file_and_the_embedded_defaults() {
-    let file = file_with(
-        r#"
-[[tenants]]
-id = "acme"
-jwt = { hs256_secret = "0123456789abcdef" }
-[models.demo]
-provider = "demo"
-"#,
-    );
+    let file = file_with(ACME_ON_DEMO);
     let output = switchboard().arg("check-config").arg("--config").arg(file.path()).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let output = switchboard().arg("check-config").output().unwrap();
@@ -122,20 +123,14 @@ async fn key_prints_a_new_key_and_the_entry_that_accepts_it() {
 
 #[test]
 fn check_config_warns_about_anonymous_access() {
-    let file = file_with(
+    let file = file_with(&format!(
         r#"
 [anonymous]
 tenant = "acme"
 subject = "anonymous"
 routes = ["holmes", "llm-gateway"]
-
-[[tenants]]
-id = "acme"
-jwt = { hs256_secret = "0123456789abcdef" }
-[models.demo]
-provider = "demo"
-"#,
-    );
+{ACME_ON_DEMO}"#
+    ));
     let output = switchboard().arg("check-config").arg("--config").arg(file.path()).output().unwrap();
     assert!(output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();

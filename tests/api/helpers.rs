@@ -15,7 +15,10 @@ use switchboard::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::mock_upstream::MockUpstream;
+use crate::support::{
+    mock_upstream::MockUpstream,
+    test_config::{Model, Tenant, TestConfig, Tool},
+};
 
 /// Redis used by the tests; `.ci/run` makes sure one answers here.
 pub fn redis_url() -> String {
@@ -44,6 +47,8 @@ pub struct AppOptions {
     /// Shared by replicas of one test; unique per test.
     pub key_prefix: String,
     pub replica_id: String,
+    /// HTTP tools (`[[tools]]`).
+    pub tools: Vec<Tool>,
     /// Extra TOML appended to the test configuration.
     pub extra_toml: String,
     /// Extra keys of a tenant's table (`acme` or `globex`): (tenant, TOML lines).
@@ -69,6 +74,7 @@ impl Default for AppOptions {
             redis_cluster: None,
             key_prefix: unique_prefix(),
             replica_id: "a".to_string(),
+            tools: Vec::new(),
             extra_toml: String::new(),
             tenant_toml: Vec::new(),
             server_toml: String::new(),
@@ -83,8 +89,39 @@ impl Default for AppOptions {
     }
 }
 
-fn tenant_extra(options: &AppOptions, tenant: &str) -> String {
-    options.tenant_toml.iter().filter(|(t, _)| t == tenant).map(|(_, lines)| format!("{lines}\n")).collect()
+/// The configuration of [`spawn_replica`]: tenants `acme` and `globex`
+/// (which may use `demo` only), the `demo` model and the mock upstream's
+/// `mock` (OpenAI) and `claude` (Anthropic).
+fn test_config(options: &AppOptions, upstream: String) -> TestConfig {
+    let mut config = TestConfig::new(
+        &options.replica_id,
+        upstream,
+        Tenant::new("acme", ACME_SECRET),
+        vec![Model::DEMO, Model::MOCK, Model::CLAUDE],
+    );
+    let mut globex = Tenant::new("globex", GLOBEX_SECRET);
+    globex.toml = "models = [\"demo\"]\ndefault_model = \"demo\"\n".to_string();
+    config.tenants.push(globex);
+    for (tenant, lines) in &options.tenant_toml {
+        config.tenant_mut(tenant).toml.push_str(&format!("{lines}\n"));
+    }
+    config.server_toml = format!("shutdown_grace_secs = 2\n{}", options.server_toml);
+    config.store = match (&options.redis_url, &options.redis_cluster) {
+        (_, Some(seeds)) => TestConfig::redis_cluster(seeds),
+        (Some(url), None) => TestConfig::redis(url),
+        (None, None) => String::new(),
+    };
+    config.key_prefix = options.key_prefix.clone();
+    config.lease_ttl_secs = options.lease_ttl_secs;
+    config.store_toml = format!("event_log_max_len = {}", options.event_log_max_len);
+    // What requests without a model get (acme: the first of its models).
+    config.agent_toml = format!(
+        "default_model = \"claude\"\nrelay_timeout_secs = {}\nmax_iterations = {}\nmax_depth = {}\ntitles = {}",
+        options.relay_timeout_secs, options.max_iterations, options.max_depth, options.titles
+    );
+    config.tools = options.tools.clone();
+    config.extra_toml = options.extra_toml.clone();
+    config
 }
 
 pub fn unique_prefix() -> String {
@@ -115,75 +152,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
 /// Starts an app that uses an existing upstream: replicas of one test share
 /// Redis (through `options.key_prefix`) and one mock upstream.
 pub async fn spawn_replica(options: AppOptions, upstream: Arc<MockUpstream>) -> TestApp {
-    let store = match (&options.redis_url, &options.redis_cluster) {
-        (_, Some(seeds)) => format!("redis_cluster = {seeds:?}\n"),
-        (Some(url), None) => format!("redis_url = \"{url}\"\n"),
-        (None, None) => String::new(),
-    };
-    let text = format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-replica_id = "{replica}"
-shutdown_grace_secs = 2
-{server_extra}
-
-[store]
-{store}key_prefix = "{prefix}"
-lease_ttl_secs = {lease_ttl}
-event_log_max_len = {max_len}
-
-[[tenants]]
-id = "acme"
-jwt = {{ hs256_secret = "{ACME_SECRET}" }}
-{acme_extra}
-
-[[tenants]]
-id = "globex"
-jwt = {{ hs256_secret = "{GLOBEX_SECRET}" }}
-models = ["demo"]
-default_model = "demo"
-{globex_extra}
-
-[models.demo]
-provider = "demo"
-
-[models.mock]
-provider = "openai"
-base_url = "{upstream}"
-model = "mock-model"
-retry_base_ms = 10
-
-[models.claude]
-provider = "anthropic"
-base_url = "{upstream}"
-model = "mock-claude"
-retry_base_ms = 10
-
-[agent]
-# What requests without a model get (acme: the first of its models).
-default_model = "claude"
-relay_timeout_secs = {relay_timeout}
-max_iterations = {max_iterations}
-max_depth = {max_depth}
-titles = {titles}
-
-{extra}
-"#,
-        replica = options.replica_id,
-        server_extra = options.server_toml,
-        prefix = options.key_prefix,
-        upstream = upstream.base_url(),
-        extra = options.extra_toml,
-        acme_extra = tenant_extra(&options, "acme"),
-        globex_extra = tenant_extra(&options, "globex"),
-        lease_ttl = options.lease_ttl_secs,
-        relay_timeout = options.relay_timeout_secs,
-        max_iterations = options.max_iterations,
-        max_depth = options.max_depth,
-        titles = options.titles,
-        max_len = options.event_log_max_len,
-    );
+    let text = test_config(&options, upstream.base_url()).render();
     let config = Config::from_toml(&text, &|_| None).expect("the test configuration is valid");
     let app = Application::build_with_runner(config, options.runner).await.expect("the app starts");
     let addr = app.local_addr();

@@ -12,6 +12,7 @@ use crate::{
     sse::{Frame, SseReader, seqs},
     support::{
         mock_upstream::{MockUpstream, Reply},
+        test_config::Tool,
         tool_server::{ToolReply, ToolServer},
     },
 };
@@ -28,36 +29,15 @@ pub async fn world(replicas: usize, tweak: impl Fn(&mut AppOptions)) -> World {
     let prefix = unique_prefix();
     let upstream = Arc::new(MockUpstream::start().await);
     let tools = ToolServer::start().await;
-    let tools_toml = format!(
+    let server_tools = vec![
+        Tool::allowed("lookup", tools.url("lookup")).described("Look up an order").taking_id(),
+        Tool::asking("refund", tools.url("refund")),
+        Tool::denied("wipe", tools.url("wipe")),
+        Tool::allowed("big", tools.url("big")),
+        Tool::allowed("bump", tools.url("bump")).described("Count one more in the shared state"),
+    ];
+    let models = format!(
         r#"
-[[tools]]
-name = "lookup"
-description = "Look up an order"
-parameters = {{ type = "object", properties = {{ id = {{ type = "string" }} }} }}
-url = "{lookup}"
-permission = "allow"
-
-[[tools]]
-name = "refund"
-url = "{refund}"
-permission = "ask"
-
-[[tools]]
-name = "wipe"
-url = "{wipe}"
-permission = "deny"
-
-[[tools]]
-name = "big"
-url = "{big}"
-permission = "allow"
-
-[[tools]]
-name = "bump"
-description = "Count one more in the shared state"
-url = "{bump}"
-permission = "allow"
-
 [models.small]
 provider = "openai"
 base_url = "{base}"
@@ -79,11 +59,6 @@ model = "resumable-claude"
 retry_base_ms = 10
 continue_partial = true
 "#,
-        lookup = tools.url("lookup"),
-        refund = tools.url("refund"),
-        wipe = tools.url("wipe"),
-        big = tools.url("big"),
-        bump = tools.url("bump"),
         base = upstream.base_url(),
     );
     let mut apps = Vec::new();
@@ -91,7 +66,8 @@ continue_partial = true
         let mut options = AppOptions {
             key_prefix: prefix.clone(),
             replica_id: name.to_string(),
-            extra_toml: tools_toml.clone(),
+            tools: server_tools.clone(),
+            extra_toml: models.clone(),
             ..AppOptions::default()
         };
         tweak(&mut options);

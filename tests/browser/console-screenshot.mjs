@@ -9,6 +9,7 @@
 //     "$(cargo run -q --release -- token --tenant dev --subject me)" docs/console.png
 
 import { chromium } from "playwright-core";
+import { CHROMIUM_ARGS } from "./chromium.mjs";
 
 const [gateway, token, out] = process.argv.slice(2);
 if (!out) {
@@ -32,15 +33,7 @@ await (await api("POST", `/v1/sessions/${session.id}/messages`, { content: "hell
 const browser = await chromium.launch({
   executablePath: process.env.SWITCHBOARD_CHROMIUM ?? "/usr/bin/chromium",
   headless: true,
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
+  args: CHROMIUM_ARGS,
 });
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });

@@ -46,7 +46,7 @@ use tokio::{
 
 use crate::{
     harness::{
-        config::{self, ReplicaConfig},
+        config::{self, ReplicaConfig, Tool},
         replica::Replica,
         tools::ToolServer,
         upstream::{DetUpstream, expected_answer},
@@ -127,24 +127,14 @@ impl Stack {
             shutdown_grace_secs: 5,
             drain_delay_secs: 0,
             upstream_base_url: upstream.base_url(),
-            tools: Vec::new(),
+            tools: vec![Tool::asking("refund", tools.url("refund")).described("Refund an order").taking_id()],
             max_iterations: 10,
             server_toml: format!("console = true\n\n[server.cors]\nallowed_origins = [\"{}\"]\n", page.origin()),
             // A rate, so answers carry the RateLimit headers a page reads.
             tenant_toml: "rate_limit = { requests_per_second = 1000 }".to_string(),
             // The scripted model answers titles too; none are wanted here.
             agent_toml: "titles = false".to_string(),
-            extra_toml: format!(
-                r#"
-[[tools]]
-name = "refund"
-description = "Refund an order"
-parameters = {{ type = "object", properties = {{ id = {{ type = "string" }} }} }}
-url = "{}"
-permission = "ask"
-"#,
-                tools.url("refund")
-            ),
+            extra_toml: String::new(),
         });
         let replicas = futures::future::join_all(configs.map(Replica::start)).await;
         let upstreams: Vec<String> =

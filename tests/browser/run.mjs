@@ -17,6 +17,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
+import { CHROMIUM_ARGS } from "./chromium.mjs";
 
 const spec = JSON.parse(process.argv[2]);
 const T = spec.timeoutMs;
@@ -161,16 +162,7 @@ async function main() {
   const browser = await chromium.launch({
     executablePath: spec.chromium,
     headless: true,
-    // The machine's network is closed: no background connections.
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
+    args: CHROMIUM_ARGS,
   });
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   try {

@@ -11,6 +11,7 @@ use crate::{
     sse::SseReader,
     support::{
         mock_upstream::{MockUpstream, Reply},
+        test_config::Tool,
         tool_server::{ToolReply, ToolServer},
     },
 };
@@ -24,13 +25,14 @@ async fn a_full_turn_logs_ids_but_no_token_key_or_message_text() {
     let mut key_file = tempfile::NamedTempFile::new().unwrap();
     writeln!(key_file, "sk-log-test-key-5512").unwrap();
     let extra = format!(
-        "[models.keyed]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"keyed-model\"\napi_key_file = \"{}\"\n\n\
-         [[tools]]\nname = \"lookup\"\nurl = \"{}\"\npermission = \"allow\"\n",
+        "[models.keyed]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"keyed-model\"\napi_key_file = \"{}\"\n",
         upstream.base_url(),
         key_file.path().display(),
-        tools.url("lookup"),
     );
-    let app = spawn_replica(AppOptions { extra_toml: extra, ..AppOptions::default() }, upstream.clone()).await;
+    let server_tools = vec![Tool::allowed("lookup", tools.url("lookup"))];
+    let app =
+        spawn_replica(AppOptions { tools: server_tools, extra_toml: extra, ..AppOptions::default() }, upstream.clone())
+            .await;
     upstream.push(Reply::new().tool_call("call_1", "lookup", [r#"{"id":"arg-secret-2231"}"#]));
     upstream.push(Reply::new().reasoning(["reasoning-words-1187"]).text(["model-answer-4410"]));
     let token = app.token("acme", "alice");

@@ -13,6 +13,7 @@ use crate::{
     sse::SseReader,
     support::{
         mock_upstream::{MockUpstream, Reply},
+        test_config::Tool,
         tool_server::ToolServer,
     },
 };
@@ -21,18 +22,13 @@ use crate::{
 /// with `lookup` (allowed) and `refund` (asks) as tools.
 async fn replicas(names: &[&str], upstream: &Arc<MockUpstream>, tools: &ToolServer) -> Vec<TestApp> {
     let prefix = unique_prefix();
-    let extra = format!(
-        "[[tools]]\nname = \"lookup\"\nurl = \"{}\"\npermission = \"allow\"\n\n\
-         [[tools]]\nname = \"refund\"\nurl = \"{}\"\npermission = \"ask\"\n",
-        tools.url("lookup"),
-        tools.url("refund"),
-    );
+    let server_tools = vec![Tool::allowed("lookup", tools.url("lookup")), Tool::asking("refund", tools.url("refund"))];
     let mut apps = Vec::new();
     for name in names {
         let options = AppOptions {
             key_prefix: prefix.clone(),
             replica_id: name.to_string(),
-            extra_toml: extra.clone(),
+            tools: server_tools.clone(),
             ..AppOptions::default()
         };
         apps.push(spawn_replica(options, upstream.clone()).await);

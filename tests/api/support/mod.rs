@@ -1,6 +1,11 @@
 //! Test doubles shared by the integration tests: scripted upstreams and
-//! servers, and raw SSE with golden transcripts.
+//! servers, raw SSE with golden transcripts, and (shared with the fault and
+//! browser suites) the configuration builder.
 pub mod mock_upstream;
 pub mod raw_sse;
 pub mod runner;
+// (Each suite uses its part of the builder.)
+#[allow(dead_code)]
+#[path = "../../common/config.rs"]
+pub mod test_config;
 pub mod tool_server;

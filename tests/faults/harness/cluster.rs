@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{
     client::{Dialect, FollowSpec, Follower},
-    config::{self, ReplicaConfig, ToolSpec},
+    config::{self, ReplicaConfig, Tool},
     redis::OwnRedis,
     redis_cluster::OwnRedisCluster,
     replica::Replica,
@@ -142,13 +142,12 @@ impl Cluster {
         let delays: Vec<(&str, Duration, Duration)> =
             options.tools.iter().map(|(name, min, max, _)| (*name, *min, *max)).collect();
         let tools = ToolServer::start(&delays).await;
-        let tool_specs: Vec<ToolSpec> = options
+        let tool_specs: Vec<Tool> = options
             .tools
             .iter()
-            .map(|(name, _, _, retry)| ToolSpec {
-                name: name.to_string(),
-                url: tools.url(name),
-                retry_on_takeover: *retry,
+            .map(|(name, _, _, retry)| {
+                let tool = Tool::allowed(name, tools.url(name)).described(&format!("{name} something"));
+                tool.taking_id().retry_on_takeover(*retry)
             })
             .collect();
         let key_prefix = format!("sbfault:{}:", uuid::Uuid::new_v4().simple());

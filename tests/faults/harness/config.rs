@@ -1,25 +1,20 @@
 //! The TOML configuration a [`super::replica::Replica`] runs with, and the
 //! tokens its tenant accepts.
 //!
-//! Only the keys a test needs are written; `[[tools]] retry_on_takeover`
-//! only when a tool sets it.
+//! Written with the suites' one builder (`tests/common/config.rs`): only
+//! the keys a test needs; `[[tools]] retry_on_takeover` only when a tool
+//! sets it.
 
 use std::{net::SocketAddr, time::Duration};
+
+pub use super::test_config::Tool;
+use super::test_config::{Model, Tenant, TestConfig};
 
 pub const TENANT: &str = "acme";
 pub const TENANT_SECRET: &str = "acme-test-secret-0123456789";
 pub const SUBJECT: &str = "alice";
 /// The model alias the deterministic upstream serves.
 pub const MODEL: &str = "mock";
-
-/// A server-side HTTP tool of the configuration.
-#[derive(Clone, Debug)]
-pub struct ToolSpec {
-    pub name: String,
-    pub url: String,
-    /// `None` leaves the key out (the current binary refuses it).
-    pub retry_on_takeover: Option<bool>,
-}
 
 /// Everything a replica's configuration is made of, except its port.
 #[derive(Clone, Debug)]
@@ -35,7 +30,7 @@ pub struct ReplicaConfig {
     pub drain_delay_secs: u64,
     /// `http://127.0.0.1:PORT/v1`
     pub upstream_base_url: String,
-    pub tools: Vec<ToolSpec>,
+    pub tools: Vec<Tool>,
     pub max_iterations: u32,
     /// More keys of `[server]` (and tables below it, such as `[server.cors]`).
     pub server_toml: String,
@@ -48,67 +43,24 @@ pub struct ReplicaConfig {
 }
 
 impl ReplicaConfig {
-    /// The TOML text for a replica listening on `listen`.
+    /// The TOML text for a replica listening on `listen`: the tenant
+    /// [`TENANT`] and the model [`MODEL`] on the deterministic upstream.
     pub fn render(&self, listen: SocketAddr) -> String {
-        let mut text = format!(
-            r#"[server]
-listen = "{listen}"
-replica_id = "{replica}"
-shutdown_grace_secs = {grace}
-drain_delay_secs = {drain_delay}
-{server_toml}
-
-[store]
-{store}
-key_prefix = "{prefix}"
-lease_ttl_secs = {lease}
-
-[[tenants]]
-id = "{TENANT}"
-jwt = {{ hs256_secret = "{TENANT_SECRET}" }}
-{tenant_toml}
-
-[models.{MODEL}]
-provider = "openai"
-base_url = "{upstream}"
-model = "mock-model"
-retry_base_ms = 10
-
-[agent]
-max_iterations = {max_iterations}
-{agent_toml}
-"#,
-            replica = self.replica_id,
-            grace = self.shutdown_grace_secs,
-            drain_delay = self.drain_delay_secs,
-            store = self.store,
-            prefix = self.key_prefix,
-            lease = self.lease_ttl_secs,
-            upstream = self.upstream_base_url,
-            max_iterations = self.max_iterations,
-            server_toml = self.server_toml,
-            tenant_toml = self.tenant_toml,
-            agent_toml = self.agent_toml,
+        let mut tenant = Tenant::new(TENANT, TENANT_SECRET);
+        tenant.toml = self.tenant_toml.clone();
+        let mut config = TestConfig::new(&self.replica_id, self.upstream_base_url.clone(), tenant, vec![Model::MOCK]);
+        config.listen = listen.to_string();
+        config.server_toml = format!(
+            "shutdown_grace_secs = {}\ndrain_delay_secs = {}\n{}",
+            self.shutdown_grace_secs, self.drain_delay_secs, self.server_toml
         );
-        for tool in &self.tools {
-            text.push_str(&format!(
-                r#"
-[[tools]]
-name = "{name}"
-description = "{name} something"
-parameters = {{ type = "object", properties = {{ id = {{ type = "string" }} }} }}
-url = "{url}"
-permission = "allow"
-"#,
-                name = tool.name,
-                url = tool.url,
-            ));
-            if let Some(retry) = tool.retry_on_takeover {
-                text.push_str(&format!("retry_on_takeover = {retry}\n"));
-            }
-        }
-        text.push_str(&self.extra_toml);
-        text
+        config.store = self.store.clone();
+        config.key_prefix = self.key_prefix.clone();
+        config.lease_ttl_secs = self.lease_ttl_secs;
+        config.agent_toml = format!("max_iterations = {}\n{}", self.max_iterations, self.agent_toml);
+        config.tools = self.tools.clone();
+        config.extra_toml = self.extra_toml.clone();
+        config.render()
     }
 }
 

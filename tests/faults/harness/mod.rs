@@ -6,7 +6,7 @@
 //! | `process` | signals to children (`kill -STOP/-CONT/-TERM`), log tails |
 //! | `resp_proxy` | `HidingProxy`: a proxy to Redis whose `PUBSUB NUMSUB` sees no subscription |
 //! | `redis` | `OwnRedis`: a redis-server of the test's own: freeze, thaw, kill, restart |
-//! | `config` | the replica's TOML configuration; tokens its tenant accepts |
+//! | `config` | the replica's configuration (with `test_config`, the builder all suites share); tokens its tenant accepts |
 //! | `replica` | `Replica`: the `switchboard` binary as a child: kill -9, SIGTERM, restart |
 //! | `upstream` | `DetUpstream`: an OpenAI-compatible model answering a pure function of the request (and its scripts) |
 //! | `tools` | `ToolServer`: records every tool call (ids, `Idempotency-Key`), slow on demand |
@@ -27,6 +27,10 @@ pub mod redis_cluster;
 pub mod replica;
 pub mod resp_proxy;
 pub mod sse;
+// (Each suite uses its part of the builder.)
+#[allow(dead_code)]
+#[path = "../../common/config.rs"]
+pub mod test_config;
 pub mod tls;
 pub mod tools;
 pub mod transcript;
