@@ -1,5 +1,8 @@
-//! HTTP handlers, one file per dialect. Handlers are thin: extract, call one
-//! function of the service layer, map the result. No business logic here.
+//! HTTP handlers, one file (or folder) per dialect. Handlers are thin:
+//! extract, call one function of the service layer, map the result. No
+//! business logic here. The router below builds each dialect's routes from
+//! the registry of dialects ([`crate::config::Dialect`]) and checks that
+//! every route lies under its dialect's prefixes there.
 
 mod ag_ui;
 mod ai_sdk;
@@ -17,41 +20,76 @@ mod zot;
 
 use axum::{
     Router,
-    routing::{get, post},
+    routing::{MethodRouter, get, post},
 };
 
-use crate::{error::ApiError, state::AppState};
+use crate::{config::Dialect, error::ApiError, state::AppState};
 
 /// Every route of the gateway; the session console's when `console` is on.
 pub fn routes(console: bool) -> Router<AppState> {
-    let routes = Router::new()
+    let mut routes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/api/model", get(holmes::list_models))
-        .route("/api/chat", post(holmes::chat))
-        .route("/api/stream/chat", post(holmes::stream_chat))
-        .route("/api/investigate", post(holmes::investigate))
-        .route("/api/stream/investigate", post(holmes::stream_investigate))
-        .route("/api/issue_chat", post(holmes::issue_chat))
-        .route("/api/stream/issue_chat", post(holmes::stream_issue_chat))
-        .route("/models", get(llm_gateway::list_models))
-        .route("/chat", post(llm_gateway::chat))
-        .route("/chat/relay/{relay_id}", post(llm_gateway::relay))
-        .route("/summarize", post(llm_gateway::summarize))
-        .route("/v1/sessions", post(native::create).get(native::list))
-        .route("/v1/sessions/{id}", get(native::get).delete(native::delete))
-        .route("/v1/sessions/{id}/events", get(native::events))
-        .route("/v1/sessions/{id}/messages", post(native::send_message))
-        .route("/v1/sessions/{id}/tool-results", post(native::tool_results))
-        .route("/v1/sessions/{id}/relays/{relay_id}", post(native::decide_relay))
-        .route("/v1/sessions/{id}/cancel", post(native::cancel))
-        .route("/v1/sessions/{id}/workspace", get(workspace::get))
-        .route("/v1/ai-sdk/chat", post(ai_sdk::chat))
-        .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect))
-        .route("/v1/ag-ui", post(ag_ui::run))
-        .route("/v1/zot", post(zot::rpc));
+        .route("/metrics", get(ops::metrics));
+    for dialect in Dialect::ALL {
+        routes = routes.merge(dialect_routes(dialect).router);
+    }
     if console { routes.merge(console::routes()) } else { routes }
+}
+
+/// The routes of each dialect of the registry ([`Dialect`]).
+fn dialect_routes(dialect: Dialect) -> DialectRoutes {
+    let routes = DialectRoutes { dialect, router: Router::new() };
+    match dialect {
+        Dialect::Holmes => routes
+            .route("/api/model", get(holmes::list_models))
+            .route("/api/chat", post(holmes::chat))
+            .route("/api/stream/chat", post(holmes::stream_chat))
+            .route("/api/investigate", post(holmes::investigate))
+            .route("/api/stream/investigate", post(holmes::stream_investigate))
+            .route("/api/issue_chat", post(holmes::issue_chat))
+            .route("/api/stream/issue_chat", post(holmes::stream_issue_chat)),
+        Dialect::LlmGateway => routes
+            .route("/models", get(llm_gateway::list_models))
+            .route("/chat", post(llm_gateway::chat))
+            .route("/chat/relay/{relay_id}", post(llm_gateway::relay))
+            .route("/summarize", post(llm_gateway::summarize)),
+        Dialect::Native => routes
+            .route("/v1/sessions", post(native::create).get(native::list))
+            .route("/v1/sessions/{id}", get(native::get).delete(native::delete))
+            .route("/v1/sessions/{id}/events", get(native::events))
+            .route("/v1/sessions/{id}/messages", post(native::send_message))
+            .route("/v1/sessions/{id}/tool-results", post(native::tool_results))
+            .route("/v1/sessions/{id}/relays/{relay_id}", post(native::decide_relay))
+            .route("/v1/sessions/{id}/cancel", post(native::cancel))
+            .route("/v1/sessions/{id}/workspace", get(workspace::get)),
+        Dialect::AiSdk => routes
+            .route("/v1/ai-sdk/chat", post(ai_sdk::chat))
+            .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect)),
+        Dialect::AgUi => routes.route("/v1/ag-ui", post(ag_ui::run)),
+        Dialect::Zot => routes.route("/v1/zot", post(zot::rpc)),
+    }
+}
+
+/// One dialect's routes, each under the dialect's prefixes in the registry:
+/// so `[anonymous] routes` and the error body a route answers with, both
+/// read from the registry by path, are the dialect's own.
+struct DialectRoutes {
+    dialect: Dialect,
+    router: Router<AppState>,
+}
+
+impl DialectRoutes {
+    fn route(mut self, path: &str, handler: MethodRouter<AppState>) -> Self {
+        assert_eq!(
+            Dialect::of_path(path),
+            Some(self.dialect),
+            "{path} is not under the prefixes of {} in config/dialect.rs",
+            self.dialect.as_str()
+        );
+        self.router = self.router.route(path, handler);
+        self
+    }
 }
 
 pub async fn not_found() -> ApiError {
