@@ -212,6 +212,7 @@ fn short_secrets_unknown_model_references_and_bad_urls_are_refused() {
     let text = r#"
 [store]
 redis_url = "http://not-redis"
+key_prefix = "sb:{team}:"
 [[tenants]]
 id = "a b"
 jwt = { hs256_secret = "short" }
@@ -221,7 +222,11 @@ provider = "demo"
 "#;
     let errors = Config::from_toml(text, &env_of(&[])).unwrap_err();
     let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(paths, vec!["store.redis_url", "tenants[0].id", "tenants[0].jwt", "tenants[0].models[0]"], "{errors}");
+    assert_eq!(
+        paths,
+        vec!["store.redis_url", "store.key_prefix", "tenants[0].id", "tenants[0].jwt", "tenants[0].models[0]"],
+        "{errors}"
+    );
 }
 
 #[test]

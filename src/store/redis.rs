@@ -5,7 +5,8 @@
 //!
 //! Layout (hash tags keep one session's keys in one cluster slot):
 //! - `{prefix}{t:<tenant>:s:<id>}:state` — hash: `v`, `doc`, `st`, `own`,
-//!   `ep`, `cn`, `seq`, `ck`, `nm`, `r:<relay_id>`, `cancel`, and `eps`, the
+//!   `ep`, `cn`, `seq`, `ck`, `ts` (the seq before the current turn's first
+//!   event), `lo` (the last owner), `nm`, `r:<relay_id>`, `cancel`, and `eps`, the
 //!   tenures' first seqs (`<epoch>:<first seq>;…`, newest last, so a reader
 //!   finds the id of a seq; `lua/commit.lua`), and the instances following
 //!   the session (`fw`, `f:<instance>`; `lua/follow.lua`)

@@ -104,7 +104,15 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
             }
             us => us.unwrap_or(DEFAULT_APPEND_TICK_US),
         }),
-        key_prefix: raw.store.key_prefix.unwrap_or_else(|| "sb:".to_string()),
+        key_prefix: match raw.store.key_prefix {
+            // A brace would become (or break) the hash tag that keeps one
+            // session's keys in one cluster slot.
+            Some(prefix) if prefix.contains(['{', '}']) => {
+                errors.push("store.key_prefix", "may not contain '{' or '}' (keys' hash tags are the gateway's)");
+                prefix
+            }
+            prefix => prefix.unwrap_or_else(|| "sb:".to_string()),
+        },
         session_ttl: secs(positive(&mut errors, "store.session_ttl_secs", raw.store.session_ttl_secs), 86_400),
         event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)
             .unwrap_or(10_000),
