@@ -114,7 +114,7 @@ struct Stack {
 impl Stack {
     async fn start() -> Self {
         let upstream = DetUpstream::start(CHUNK_DELAY, Duration::ZERO).await;
-        let tools = ToolServer::start(&[]).await;
+        let tools = ToolServer::start().await;
         let page = PageServer::start().await;
         let key_prefix = format!("sbbrowser:{}:", uuid::Uuid::new_v4().simple());
         let configs = ["a", "b", "c"].map(|name| ReplicaConfig {

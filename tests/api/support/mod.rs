@@ -8,4 +8,6 @@ pub mod runner;
 #[allow(dead_code)]
 #[path = "../../common/config.rs"]
 pub mod test_config;
+#[allow(dead_code)]
+#[path = "../../common/tool_server.rs"]
 pub mod tool_server;

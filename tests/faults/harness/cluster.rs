@@ -141,7 +141,7 @@ impl Cluster {
         let upstream = DetUpstream::start(options.chunk_delay, options.first_token_delay).await;
         let delays: Vec<(&str, Duration, Duration)> =
             options.tools.iter().map(|(name, min, max, _)| (*name, *min, *max)).collect();
-        let tools = ToolServer::start(&delays).await;
+        let tools = ToolServer::start_with_delays(&delays).await;
         let tool_specs: Vec<Tool> = options
             .tools
             .iter()

@@ -9,7 +9,7 @@
 //! | `config` | the replica's configuration (with `test_config`, the builder all suites share); tokens its tenant accepts |
 //! | `replica` | `Replica`: the `switchboard` binary as a child: kill -9, SIGTERM, restart |
 //! | `upstream` | `DetUpstream`: an OpenAI-compatible model answering a pure function of the request (and its scripts) |
-//! | `tools` | `ToolServer`: records every tool call (ids, `Idempotency-Key`), slow on demand |
+//! | `tools` | `ToolServer` (shared with the API suite, `tests/common/`): records every tool call (ids, `Idempotency-Key`), slow on demand |
 //! | `checks` | the acceptance checks of one turn, collected as failures rather than panics |
 //! | `client` | `Follower`: a rejoining client (native API or llm-gateway); starting a turn on any replica |
 //! | `transcript` | what a follower saw, and the checks on it (gapless, final text) |
@@ -32,6 +32,8 @@ pub mod sse;
 #[path = "../../common/config.rs"]
 pub mod test_config;
 pub mod tls;
+#[allow(dead_code)]
+#[path = "../../common/tool_server.rs"]
 pub mod tools;
 pub mod transcript;
 pub mod upstream;
