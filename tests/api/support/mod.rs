@@ -1,6 +1,8 @@
 //! Test doubles shared by the integration tests: scripted upstreams and
 //! servers, raw SSE with golden transcripts, and (shared with the fault and
 //! browser suites) the configuration builder.
+#[allow(dead_code)]
+#[path = "../../common/mock_model.rs"]
 pub mod mock_upstream;
 pub mod raw_sse;
 pub mod runner;

@@ -8,7 +8,8 @@
 //! | `redis` | `OwnRedis`: a redis-server of the test's own: freeze, thaw, kill, restart |
 //! | `config` | the replica's configuration (with `test_config`, the builder all suites share); tokens its tenant accepts |
 //! | `replica` | `Replica`: the `switchboard` binary as a child: kill -9, SIGTERM, restart |
-//! | `upstream` | `DetUpstream`: an OpenAI-compatible model answering a pure function of the request (and its scripts) |
+//! | `mock_model` | the suites' one mock model (`tests/common/`): OpenAI and Anthropic streams, queued or computed replies |
+//! | `upstream` | `DetUpstream`: the mock model answering a pure function of the request (and its scripts) |
 //! | `tools` | `ToolServer` (shared with the API suite, `tests/common/`): records every tool call (ids, `Idempotency-Key`), slow on demand |
 //! | `checks` | the acceptance checks of one turn, collected as failures rather than panics |
 //! | `client` | `Follower`: a rejoining client (native API or llm-gateway); starting a turn on any replica |
@@ -20,6 +21,9 @@ pub mod checks;
 pub mod client;
 pub mod cluster;
 pub mod config;
+#[allow(dead_code)]
+#[path = "../../common/mock_model.rs"]
+pub mod mock_model;
 pub mod ports;
 pub mod process;
 pub mod redis;

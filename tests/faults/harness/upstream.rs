@@ -21,36 +21,22 @@
 //! per turn when the message carries a nonce) and the arguments
 //! `{"id":"r<round>"}` in two fragments. A script's round `r` is its `r`-th
 //! call, with the script's own id and arguments (a coding chat's `patch`,
-//! `bash` and `read`); after its last call comes the final answer. The
-//! stream has the shapes the
-//! gateway parses (`tests/api/support/mock_upstream.rs`): `data: {chunk}`
-//! frames with `choices[0].delta`, a `finish_reason`, a usage chunk, and
-//! `data: [DONE]`. Every request is recorded before it is answered.
+//! `bash` and `read`); after its last call comes the final answer. It is
+//! the suites' one mock model (`tests/common/mock_model.rs`) answering with
+//! a function of the request instead of a queue: the same SSE shapes the
+//! API suite's scripts stream, every request recorded before it is
+//! answered.
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use axum::{
-    Json, Router,
-    body::{Body, Bytes},
-    extract::State,
-    http::{StatusCode, header},
-    response::{IntoResponse, Response},
-    routing::post,
-};
-use futures::StreamExt;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
-/// Fixed `created` timestamp, so chunks are deterministic.
-const CREATED: u64 = 1_700_000_000;
-const PROMPT_TOKENS: u64 = 10;
+use super::mock_model::{MockUpstream, RecordedRequest, Reply};
 
 /// What one request asks for, parsed from the last user message.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,95 +98,47 @@ impl ScriptedCall {
     }
 }
 
-/// What the upstream answered a request with.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Answer {
-    /// `arguments` is the JSON text streamed, in two fragments.
-    ToolCall {
-        round: u32,
-        id: String,
-        name: String,
-        arguments: String,
-    },
-    Final {
-        words: u32,
-    },
-}
-
-/// A request as received, and what it got.
-#[derive(Clone, Debug)]
-pub struct Recorded {
-    pub body: Value,
-    pub answer: Answer,
-}
-
-struct Shared {
-    delay: Duration,
-    first_delay: Duration,
-    requests: Mutex<Vec<Recorded>>,
-    count: watch::Sender<usize>,
-    /// Scripts by name, for `script:NAME`.
-    scripts: Mutex<HashMap<String, Vec<ScriptedCall>>>,
-}
+/// Scripts by name, for `script:NAME`.
+type Scripts = Arc<Mutex<HashMap<String, Vec<ScriptedCall>>>>;
 
 pub struct DetUpstream {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    stop: CancellationToken,
+    model: MockUpstream,
+    scripts: Scripts,
 }
 
 impl DetUpstream {
     /// Serves on `127.0.0.1:0`; `delay` is the default pause between chunks
     /// (a kill lands mid-stream), `first_delay` before the first one.
     pub async fn start(delay: Duration, first_delay: Duration) -> Self {
-        let shared = Arc::new(Shared {
-            delay,
-            first_delay,
-            requests: Mutex::new(Vec::new()),
-            count: watch::Sender::new(0),
-            scripts: Mutex::new(HashMap::new()),
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the upstream");
-        let addr = listener.local_addr().expect("the upstream's address");
-        let app = Router::new().route("/v1/chat/completions", post(complete)).with_state(shared.clone());
-        let stop = CancellationToken::new();
-        let stopped = stop.clone().cancelled_owned();
-        tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(stopped).await.ok();
-        });
-        Self { addr, shared, stop }
+        let scripts = Scripts::default();
+        let known = scripts.clone();
+        let answer = move |body: &Value| answer(body, &known, delay, first_delay);
+        Self { model: MockUpstream::answering(Box::new(answer)).await, scripts }
     }
 
     /// `http://127.0.0.1:PORT/v1`
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        self.model.base_url()
     }
 
     /// Requests received so far.
     pub fn calls(&self) -> usize {
-        *self.shared.count.borrow()
+        self.model.calls()
     }
 
     /// Waits until `n` requests in all have arrived; `false` after `timeout`.
     pub async fn wait_for_calls(&self, n: usize, timeout: Duration) -> bool {
-        let mut count = self.shared.count.subscribe();
-        tokio::time::timeout(timeout, count.wait_for(|c| *c >= n)).await.is_ok()
+        self.model.reached_calls(n, timeout).await
     }
 
-    pub fn requests(&self) -> Vec<Recorded> {
-        self.shared.requests.lock().unwrap().clone()
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.model.requests()
     }
 
     /// Registers `calls` as the script `name`: a turn whose message says
     /// `script:NAME` asks for them one round at a time, then answers.
     pub fn add_script(&self, name: &str, calls: Vec<ScriptedCall>) {
-        self.shared.scripts.lock().unwrap().insert(name.to_string(), calls);
-    }
-}
-
-impl Drop for DetUpstream {
-    fn drop(&mut self) {
-        self.stop.cancel();
+        self.scripts.lock().unwrap().insert(name.to_string(), calls);
     }
 }
 
@@ -219,98 +157,39 @@ fn progress(body: &Value) -> (String, u32) {
     (text, results as u32)
 }
 
-async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
-    let (message, results) = progress(&body);
-    let orders = Orders::parse(&message, shared.delay, shared.first_delay);
+/// The reply to `body`: the next tool round its orders ask for, or the
+/// final answer, paced as they say.
+fn answer(body: &Value, scripts: &Scripts, delay: Duration, first_delay: Duration) -> Reply {
+    let (message, results) = progress(body);
+    let orders = Orders::parse(&message, delay, first_delay);
     let round = results + 1;
-    let answer = match &orders.script {
-        Some(script) => {
-            let call = match shared.scripts.lock().unwrap().get(script) {
-                Some(calls) => calls.get(results as usize).cloned(),
-                None => {
-                    let error = json!({"error": {"message": format!("no script named {script:?}")}});
-                    return (StatusCode::BAD_REQUEST, Json(error)).into_response();
-                }
-            };
-            match call {
-                Some(call) => {
-                    Answer::ToolCall { round, id: call.id, name: call.name, arguments: call.arguments.to_string() }
-                }
-                None => Answer::Final { words: orders.words },
+    let call = match &orders.script {
+        Some(script) => match scripts.lock().unwrap().get(script) {
+            Some(calls) => calls.get(results as usize).cloned(),
+            None => {
+                let error = json!({"error": {"message": format!("no script named {script:?}")}});
+                return Reply::http_error(400, error.to_string());
             }
-        }
+        },
         None if results < orders.tools => {
-            let name = orders.tool_names[(round as usize - 1) % orders.tool_names.len()].clone();
-            let arguments = json!({"id": format!("r{round}")}).to_string();
-            Answer::ToolCall { round, id: tool_call_id(&message, round), name, arguments }
+            let name = &orders.tool_names[(round as usize - 1) % orders.tool_names.len()];
+            Some(ScriptedCall::new(&tool_call_id(&message, round), name, json!({"id": format!("r{round}")})))
         }
-        None => Answer::Final { words: orders.words },
+        None => None,
     };
-    {
-        let mut requests = shared.requests.lock().unwrap();
-        requests.push(Recorded { body: body.clone(), answer: answer.clone() });
-        shared.count.send_replace(requests.len());
-    }
-    if body["stream"] != json!(true) {
-        let error = json!({"error": {"message": "the deterministic upstream only streams"}});
-        return (StatusCode::BAD_REQUEST, Json(error)).into_response();
-    }
-    let model = body["model"].as_str().unwrap_or("mock-model").to_string();
-    let frames = frames(&answer, &model);
-    let (first, delay) = (orders.first_delay, orders.delay);
-    let paced = futures::stream::iter(frames.into_iter().enumerate()).then(move |(i, frame)| async move {
-        let pause = if i == 0 { first } else { delay };
-        if !pause.is_zero() {
-            // The pacing of the stream is what the test is about, not a wait
-            // for something to happen.
-            tokio::time::sleep(pause).await;
-        }
-        Ok::<_, std::io::Error>(frame)
-    });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(paced))
-        .unwrap()
-}
-
-/// Every SSE frame of `answer`, `[DONE]` included.
-fn frames(answer: &Answer, model: &str) -> Vec<Bytes> {
-    let chunk = |delta: Value, finish: Option<&str>| {
-        json!({"id": "chatcmpl-det", "object": "chat.completion.chunk", "created": CREATED, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let (mut deltas, finish, completion_tokens) = match answer {
-        Answer::ToolCall { id, name, arguments, .. } => {
-            let open = json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
-                "function": {"name": name, "arguments": ""}}]});
-            // Two fragments, split in the middle: the gateway must join them.
+    let reply = match call {
+        Some(call) => {
+            // The arguments in two fragments, split in the middle: the
+            // gateway must join them.
+            let arguments = call.arguments.to_string();
             let middle = (0..=arguments.len() / 2).rev().find(|i| arguments.is_char_boundary(*i)).unwrap_or(0);
-            let args = [&arguments[..middle], &arguments[middle..]];
-            let fragments =
-                args.into_iter().map(|a| json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}));
-            (std::iter::once(open).chain(fragments).collect::<Vec<_>>(), "tool_calls", 3)
+            let fragments = [&arguments[..middle], &arguments[middle..]];
+            Reply::new().tool_call(call.id, call.name, fragments).usage(10, 3)
         }
-        Answer::Final { words } => {
-            let texts = (1..=*words).map(|i| if i == 1 { "w1".to_string() } else { format!(" w{i}") });
-            (texts.map(|t| json!({"content": t})).collect(), "stop", u64::from(*words))
+        None => {
+            let words = (1..=orders.words).map(|i| if i == 1 { "w1".to_string() } else { format!(" w{i}") });
+            Reply::new().text(words).usage(10, u64::from(orders.words))
         }
     };
-    if let Some(first) = deltas.first_mut() {
-        first["role"] = json!("assistant");
-    }
-    let mut out: Vec<Bytes> = deltas.into_iter().map(|d| sse(&chunk(d, None))).collect();
-    out.push(sse(&chunk(json!({}), Some(finish))));
-    let mut usage = json!({"id": "chatcmpl-det", "object": "chat.completion.chunk", "created": CREATED,
-        "model": model, "choices": []});
-    usage["usage"] = json!({"prompt_tokens": PROMPT_TOKENS, "completion_tokens": completion_tokens,
-        "total_tokens": PROMPT_TOKENS + completion_tokens});
-    out.push(sse(&usage));
-    out.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    out
-}
-
-fn sse(data: &Value) -> Bytes {
-    Bytes::from(format!("data: {data}\n\n"))
+    reply.chunk_delay(orders.delay).first_delay(orders.first_delay)
 }

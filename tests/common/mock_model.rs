@@ -1,4 +1,5 @@
-//! Scripted mock of upstream model APIs, served over real HTTP with real SSE.
+//! The mock model of every test suite: upstream model APIs served over real
+//! HTTP with real SSE.
 //!
 //! [`MockUpstream::start`] binds `127.0.0.1:0` and answers
 //! `POST /v1/chat/completions` (OpenAI Chat Completions) and `POST /v1/messages`
@@ -14,6 +15,11 @@
 //! mid-stream ([`Reply::disconnect_after`]) or emit an in-stream error event
 //! ([`Reply::error_event`]). Every request is recorded before it is answered
 //! ([`MockUpstream::requests`], [`MockUpstream::wait_for_calls`]).
+//!
+//! Instead of a queue, [`MockUpstream::answering`] computes each request's
+//! reply with a function of the request: a model whose answer is the same
+//! however often, and on whichever replica, a step is run (the fault
+//! suite's `DetUpstream`).
 
 use std::collections::VecDeque;
 use std::io;
@@ -74,6 +80,8 @@ pub struct Reply {
     retry_after: Option<u64>,
     ending: Ending,
     chunk_delay: Duration,
+    /// The wait before the first frame, when it differs from `chunk_delay`.
+    first_delay: Option<Duration>,
 }
 
 fn strings<S: Into<String>>(chunks: impl IntoIterator<Item = S>) -> Vec<String> {
@@ -162,6 +170,12 @@ impl Reply {
         self
     }
 
+    /// Wait this long before the first frame instead (a slow first token).
+    pub fn first_delay(mut self, delay: Duration) -> Self {
+        self.first_delay = Some(delay);
+        self
+    }
+
     fn has_tool_calls(&self) -> bool {
         self.parts.iter().any(|p| matches!(p, Part::ToolCall { .. }))
     }
@@ -210,8 +224,13 @@ impl RecordedRequest {
     }
 }
 
+/// Computes a request's reply from its JSON body.
+pub type Answerer = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 struct Shared {
     queue: Mutex<VecDeque<Reply>>,
+    /// Answers every request instead of the queue.
+    answerer: Option<Answerer>,
     requests: Mutex<Vec<RecordedRequest>>,
     calls: watch::Sender<usize>,
     shutdown: CancellationToken,
@@ -236,12 +255,22 @@ pub struct MockUpstream {
 }
 
 impl MockUpstream {
-    /// Bind `127.0.0.1:0` and start serving.
+    /// Bind `127.0.0.1:0` and start serving the queued replies.
     pub async fn start() -> Self {
+        Self::serve(None).await
+    }
+
+    /// Bind `127.0.0.1:0` and answer every request with `answerer`.
+    pub async fn answering(answerer: Answerer) -> Self {
+        Self::serve(Some(answerer)).await
+    }
+
+    async fn serve(answerer: Option<Answerer>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("mock upstream: bind");
         let addr = listener.local_addr().expect("mock upstream: local addr");
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
+            answerer,
             requests: Mutex::new(Vec::new()),
             calls: watch::Sender::new(0),
             shutdown: CancellationToken::new(),
@@ -281,11 +310,15 @@ impl MockUpstream {
 
     /// Resolve once at least `n` requests arrived; panic after `timeout`.
     pub async fn wait_for_calls(&self, n: usize, timeout: Duration) {
-        let mut rx = self.shared.calls.subscribe();
-        let reached = tokio::time::timeout(timeout, rx.wait_for(|calls| *calls >= n)).await;
-        if reached.is_err() {
+        if !self.reached_calls(n, timeout).await {
             panic!("mock upstream: expected at least {n} calls within {timeout:?}, got {}", self.calls());
         }
+    }
+
+    /// Whether at least `n` requests arrived within `timeout`.
+    pub async fn reached_calls(&self, n: usize, timeout: Duration) -> bool {
+        let mut rx = self.shared.calls.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|calls| *calls >= n)).await.is_ok()
     }
 }
 
@@ -337,7 +370,11 @@ async fn handle(
             return json_response(StatusCode::NOT_FOUND, error.to_string(), None);
         }
     };
-    let Some(reply) = shared.queue.lock().unwrap().pop_front() else {
+    let next = match &shared.answerer {
+        Some(answer) => Some(answer(&body)),
+        None => shared.queue.lock().unwrap().pop_front(),
+    };
+    let Some(reply) = next else {
         let error = json!({"error": {"type": "mock_exhausted",
             "message": "mock upstream: no scripted reply left"}});
         return json_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string(), None);
@@ -382,7 +419,7 @@ fn stream_response(
     reply: &Reply,
     shutdown: CancellationToken,
 ) -> Response {
-    let delay = reply.chunk_delay;
+    let (first, delay) = (reply.first_delay.unwrap_or(reply.chunk_delay), reply.chunk_delay);
     let (keep, tail): (usize, BoxStream<'static, io::Result<Bytes>>) = match reply.ending {
         Ending::Clean => (frames.len(), stream::empty().boxed()),
         Ending::StallAfter(n) => {
@@ -402,9 +439,12 @@ fn stream_response(
             (n, stream::once(cut).boxed())
         }
     };
-    let head = stream::iter(frames.into_iter().take(keep)).then(move |frame| async move {
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+    let head = stream::iter(frames.into_iter().take(keep).enumerate()).then(move |(i, frame)| async move {
+        let pause = if i == 0 { first } else { delay };
+        if !pause.is_zero() {
+            // The pacing of the stream is what a test is about, not a wait
+            // for something to happen.
+            tokio::time::sleep(pause).await;
         }
         Ok::<_, io::Error>(frame)
     });
