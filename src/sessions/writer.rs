@@ -208,6 +208,7 @@ impl Writer {
             queues: HashMap::new(),
             tenures: HashMap::new(),
             ready: HashSet::new(),
+            failing: HashSet::new(),
             inbox: rx,
             last_round: None,
         };
@@ -318,6 +319,8 @@ struct Queue {
     /// when to retry, and when the session's streams were last told.
     failing_since: Option<Instant>,
     failing_since_ms: u64,
+    /// The store's last error while failing, for the notices.
+    failing_reason: String,
     noticed_at: Option<Instant>,
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -386,6 +389,10 @@ struct Task {
     tenures: HashMap<SessionKey, Tenure>,
     /// Queues that may have a part to send (checked at each dispatch).
     ready: HashSet<Tenure>,
+    /// Queues whose writes the store keeps failing: their streams are told
+    /// every `hold_notice`, whether or not a retry has come back (a round
+    /// waiting on a node that does not answer takes as long as it takes).
+    failing: HashSet<Tenure>,
     inbox: mpsc::Receiver<Submission>,
     /// When the last round was sent.
     last_round: Option<Instant>,
@@ -407,6 +414,7 @@ impl Task {
                     Err(at) => wake = at,
                 }
             }
+            let notice = self.next_notice();
             tokio::select! {
                 submission = self.inbox.recv() => match submission {
                     Some(submission) => {
@@ -422,6 +430,7 @@ impl Task {
                     self.settle(round).await;
                 }
                 () = sleep_until(wake) => {}
+                () = sleep_until(notice) => self.notify_held(Instant::now()),
                 () = shutdown.cancelled() => break,
                 () = halt.cancelled() => return,
             }
@@ -475,6 +484,7 @@ impl Task {
                         announce: false,
                         failing_since: None,
                         failing_since_ms: 0,
+                        failing_reason: String::new(),
                         noticed_at: None,
                         retry_at: None,
                         backoff: RETRY_FIRST,
@@ -602,6 +612,33 @@ impl Task {
         })))
     }
 
+    /// When the next held notice is due (`None`: no write is failing).
+    fn next_notice(&self) -> Option<Instant> {
+        let due = |queue: &Queue| Some(queue.noticed_at.or(queue.failing_since)? + self.pacing.hold_notice);
+        self.failing.iter().filter_map(|tenure| self.queues.get(tenure).and_then(due)).min()
+    }
+
+    /// Tells the streams of every queue whose writes have failed for
+    /// `hold_notice` since the last notice (or since they began failing)
+    /// that the turn is held.
+    fn notify_held(&mut self, now: Instant) {
+        let hold_notice = self.pacing.hold_notice;
+        self.failing.retain(|tenure| self.queues.get(tenure).is_some_and(|q| q.broken.get().is_none()));
+        for tenure in &self.failing {
+            let Some(queue) = self.queues.get_mut(tenure) else { continue };
+            let Some(since) = queue.failing_since else { continue };
+            if queue.noticed_at.unwrap_or(since) + hold_notice > now {
+                continue;
+            }
+            queue.noticed_at = Some(now);
+            self.metrics.held_notice("held");
+            let held_for = now.duration_since(since);
+            let reason = queue.failing_reason.clone();
+            let held = Held { since_ms: queue.failing_since_ms, held_for, reason, gave_up: false };
+            self.hub.held(&queue.key, Some(held));
+        }
+    }
+
     async fn settle(&mut self, round: Round) {
         let now = Instant::now();
         for (tenure, write, result) in round {
@@ -613,6 +650,7 @@ impl Task {
                     if queue.noticed_at.take().is_some() {
                         self.hub.held(&queue.key, None);
                     }
+                    self.failing.remove(&tenure);
                     queue.failing_since = None;
                     queue.retry_at = None;
                     queue.backoff = RETRY_FIRST;
@@ -661,19 +699,20 @@ impl Task {
                     if queue.failing_since.is_none() {
                         queue.failing_since = Some(now);
                         queue.failing_since_ms = crate::domain::now_ms();
+                        self.failing.insert(tenure);
                     }
+                    queue.failing_reason = error.to_string();
                     let held_for = now.duration_since(queue.failing_since.unwrap_or(now));
-                    let gave_up = held_for >= self.pacing.give_up;
-                    if gave_up || queue.noticed_at.unwrap_or(now - held_for) + self.pacing.hold_notice <= now {
-                        // The turn's streams here hear of it: every few
-                        // seconds, and when the writer gives up.
+                    if held_for >= self.pacing.give_up {
+                        // The turn's streams here hear of it when the writer
+                        // gives up (and every few seconds before:
+                        // `notify_held`).
                         queue.noticed_at = Some(now);
-                        self.metrics.held_notice(if gave_up { "gave_up" } else { "held" });
-                        let held =
-                            Held { since_ms: queue.failing_since_ms, held_for, reason: error.to_string(), gave_up };
+                        self.metrics.held_notice("gave_up");
+                        let reason = queue.failing_reason.clone();
+                        let held = Held { since_ms: queue.failing_since_ms, held_for, reason, gave_up: true };
                         self.hub.held(&queue.key, Some(held));
-                    }
-                    if gave_up {
+                        self.failing.remove(&tenure);
                         tracing::warn!(session = %queue.key.id, %error, "session writes stopped: the store keeps failing");
                         queue.break_with(WriteError::Store(error));
                         // Whatever the store did apply, followers here see.
