@@ -21,9 +21,6 @@ pub mod checks;
 pub mod client;
 pub mod cluster;
 pub mod config;
-#[allow(dead_code)]
-#[path = "../../common/mock_model.rs"]
-pub mod mock_model;
 pub mod ports;
 pub mod process;
 pub mod redis;
@@ -31,13 +28,10 @@ pub mod redis_cluster;
 pub mod replica;
 pub mod resp_proxy;
 pub mod sse;
-// (Each suite uses its part of the builder.)
-#[allow(dead_code)]
-#[path = "../../common/config.rs"]
-pub mod test_config;
 pub mod tls;
-#[allow(dead_code)]
-#[path = "../../common/tool_server.rs"]
-pub mod tools;
 pub mod transcript;
 pub mod upstream;
+
+#[path = "../../common/mod.rs"]
+mod common;
+pub use common::{config as test_config, mock_model, tool_server as tools};
