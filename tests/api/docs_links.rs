@@ -3,8 +3,9 @@
 //! `README.md` is the front door and `docs/` holds the reference; both are
 //! edited beside the code, so these tests keep true that:
 //!
-//! - every relative link `[text](target)` in `README.md` and in the markdown
-//!   files under `docs/` names a file or directory of the repository,
+//! - every relative link `[text](target)` in `README.md`, in the markdown
+//!   files under `docs/` and in every other markdown file git tracks names a
+//!   file or directory of the repository,
 //!   resolved against the linking file's directory, and every `#anchor` into
 //!   a markdown file names one of that file's headings by GitHub's slug rules
 //!   (lowercase, spaces to `-`, other punctuation than `-` and `_` dropped,
@@ -112,10 +113,16 @@ fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `README.md` and every markdown file under `docs/`, in a stable order.
+/// `README.md`, every markdown file under `docs/`, and every other markdown
+/// file git tracks (the deployment and load-test guides, the lab book), in
+/// a stable order.
 fn documents() -> Vec<PathBuf> {
     let mut documents = vec![repo_root().join(README)];
     collect_markdown(&repo_root().join(DOCS_DIR), &mut documents);
+    let tracked = tracked_files().unwrap_or_default();
+    documents.extend(tracked.into_iter().filter(|path| is_markdown(path) && path.is_file()));
+    documents.sort();
+    documents.dedup();
     documents
 }
 

@@ -125,7 +125,7 @@ async fn the_tools_results_and_errors_read_as_llm_gateways_matching_the_golden_t
     }
     // bash's result beside its context, as llm-gateway's client reads it.
     assert_eq!(results[14]["output"]["result"], json!({"exitCode": 3, "stdout": "uno\ntwo\n", "stderr": "oops\n"}));
-    // Unlike llm-gateway, a timeout keeps what the command printed (README).
+    // Unlike llm-gateway, a timeout keeps what the command printed (docs/tools.md).
     assert_eq!(results[15]["output"]["result"], json!({"exitCode": -1, "stdout": "early\n", "stderr": ""}));
     // The model got each context as the tool message's content.
     let last = w.model_request(w.upstream.requests().len() - 1);
