@@ -358,6 +358,14 @@ impl Queue {
         (self.transitions == 0).then_some(until)
     }
 
+    /// The notice that its writes are held (`gave_up`: for good), now;
+    /// the next one is due `hold_notice` after it.
+    fn held_notice(&mut self, now: Instant, gave_up: bool) -> Held {
+        self.noticed_at = Some(now);
+        let held_for = now.duration_since(self.failing_since.unwrap_or(now));
+        Held { since_ms: self.failing_since_ms, held_for, reason: self.failing_reason.clone(), gave_up }
+    }
+
     /// Breaks the queue: every waiting transition gets `error`, streamed
     /// events are dropped (their room freed); later submissions fail at once.
     fn break_with(&mut self, error: WriteError) {
@@ -630,11 +638,8 @@ impl Task {
             if queue.noticed_at.unwrap_or(since) + hold_notice > now {
                 continue;
             }
-            queue.noticed_at = Some(now);
             self.metrics.held_notice("held");
-            let held_for = now.duration_since(since);
-            let reason = queue.failing_reason.clone();
-            let held = Held { since_ms: queue.failing_since_ms, held_for, reason, gave_up: false };
+            let held = queue.held_notice(now, false);
             self.hub.held(&queue.key, Some(held));
         }
     }
@@ -707,10 +712,8 @@ impl Task {
                         // The turn's streams here hear of it when the writer
                         // gives up (and every few seconds before:
                         // `notify_held`).
-                        queue.noticed_at = Some(now);
                         self.metrics.held_notice("gave_up");
-                        let reason = queue.failing_reason.clone();
-                        let held = Held { since_ms: queue.failing_since_ms, held_for, reason, gave_up: true };
+                        let held = queue.held_notice(now, true);
                         self.hub.held(&queue.key, Some(held));
                         self.failing.remove(&tenure);
                         tracing::warn!(session = %queue.key.id, %error, "session writes stopped: the store keeps failing");

@@ -125,11 +125,16 @@ impl ToolServer {
 
     /// The calls of one session.
     pub fn calls_of(&self, session_id: &str) -> Vec<ToolCallRecord> {
-        self.records().into_iter().filter(|c| c.session_id == session_id).collect()
+        self.matching(|c| c.session_id == session_id)
+    }
+
+    /// The calls that pass `keep`, copied (only those) under the lock.
+    fn matching(&self, keep: impl Fn(&ToolCallRecord) -> bool) -> Vec<ToolCallRecord> {
+        self.shared.calls.lock().unwrap().iter().filter(|c| keep(c)).cloned().collect()
     }
 
     fn of_tool(&self, tool: &str) -> Vec<ToolCallRecord> {
-        self.records().into_iter().filter(|c| c.tool == tool).collect()
+        self.matching(|c| c.tool == tool)
     }
 
     /// How many times `tool` was called.

@@ -12,9 +12,10 @@
 
 use std::time::Duration;
 
+use futures::{StreamExt, stream::FuturesUnordered};
+
 use crate::harness::{
     checks::{self, Expect},
-    client::Follower,
     cluster::{Cluster, ClusterOptions, ClusterShape},
     transcript::Transcript,
 };
@@ -40,19 +41,6 @@ fn notices(t: &Transcript) -> (usize, bool) {
     (held, failed)
 }
 
-/// Waits until `follower` saw a `store_held` failure.
-async fn until_failed(follower: &Follower, timeout: Duration) -> bool {
-    let mut progress = follower.subscribe();
-    let wait = async {
-        while !notices(&follower.snapshot()).1 {
-            // Frames without an id do not move the count: look again
-            // after each event or every 100 ms.
-            let _ = tokio::time::timeout(Duration::from_millis(100), progress.changed()).await;
-        }
-    };
-    tokio::time::timeout(timeout, wait).await.is_ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_turn_held_by_a_frozen_redis_says_so_fails_visibly_and_goes_on_after() {
     let cluster = Cluster::start(ClusterOptions {
@@ -69,7 +57,7 @@ async fn a_turn_held_by_a_frozen_redis_says_so_fails_visibly_and_goes_on_after()
     assert!(follower.wait_for_events(6, TURN_TIMEOUT).await, "the turn streams\n{}", cluster.dump_logs());
 
     cluster.redis_ref().freeze();
-    let failed = until_failed(&follower, Duration::from_secs(20)).await;
+    let failed = follower.wait_until(Duration::from_secs(20), |t| notices(t).1).await;
     cluster.redis_ref().thaw();
     let transcript = follower.finish().await;
 
@@ -114,16 +102,16 @@ async fn a_turn_held_by_wait_replicas_after_a_failover_says_so_and_goes_on_once_
     assert!(redis.wait_failed_over(victim, Duration::from_secs(20)).await, "no failover\n{}", cluster.dump_logs());
     // The promoted replica has none of its own: writes of its slots (and
     // of the rounds they share) are held until one is back.
-    let any_failed = async {
-        loop {
-            if followers.iter().any(|(_, f)| notices(&f.snapshot()).1) {
-                return;
-            }
-            // Frames without an id move no counter to wait on.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waits: FuturesUnordered<_> =
+        followers.iter().map(|(_, f)| f.wait_until(Duration::from_secs(20), |t| notices(t).1)).collect();
+    let mut failed_any = false;
+    while let Some(failed) = waits.next().await {
+        if failed {
+            failed_any = true;
+            break;
         }
-    };
-    let failed_any = tokio::time::timeout(Duration::from_secs(20), any_failed).await.is_ok();
+    }
+    drop(waits);
     redis.restart_node(victim).await;
     assert!(redis.wait_replica_synced(victim, Duration::from_secs(20)).await, "no resync\n{}", cluster.dump_logs());
 

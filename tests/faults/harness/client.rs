@@ -43,6 +43,8 @@ pub struct Follower {
     transcript: Arc<Mutex<Transcript>>,
     /// Number of log events seen so far.
     progress: watch::Receiver<usize>,
+    /// Number of frames seen so far, with an id or without (a notice).
+    frames: watch::Receiver<usize>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -99,8 +101,9 @@ impl Follower {
         let transcript =
             Arc::new(Mutex::new(Transcript { session_id: spec.session_id.clone(), ..Transcript::default() }));
         let (tx, progress) = watch::channel(0);
-        let task = tokio::spawn(run(spec, transcript.clone(), tx));
-        Self { transcript, progress, task: Some(task) }
+        let (frames_tx, frames) = watch::channel(0);
+        let task = tokio::spawn(run(spec, transcript.clone(), tx, frames_tx));
+        Self { transcript, progress, frames, task: Some(task) }
     }
 
     /// Log events seen so far.
@@ -108,9 +111,24 @@ impl Follower {
         *self.progress.borrow()
     }
 
-    /// A receiver of the number of log events seen.
-    pub fn subscribe(&self) -> watch::Receiver<usize> {
-        self.progress.clone()
+    /// Waits until what was seen passes `check`, looked at after every
+    /// frame (notices without an id too); `false` after `timeout` or when
+    /// the follower stopped first without passing it.
+    pub async fn wait_until(&self, timeout: Duration, check: impl Fn(&Transcript) -> bool) -> bool {
+        let mut frames = self.frames.clone();
+        let passes = || check(&self.transcript.lock().unwrap());
+        let wait = async {
+            loop {
+                if passes() {
+                    return true;
+                }
+                // Ends when the follower task does.
+                if frames.changed().await.is_err() {
+                    return passes();
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
     /// A copy of what was seen so far.
@@ -167,7 +185,12 @@ impl Drop for Follower {
     }
 }
 
-async fn run(spec: FollowSpec, transcript: Arc<Mutex<Transcript>>, progress: watch::Sender<usize>) {
+async fn run(
+    spec: FollowSpec,
+    transcript: Arc<Mutex<Transcript>>,
+    progress: watch::Sender<usize>,
+    frames: watch::Sender<usize>,
+) {
     let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(1)).build().expect("an HTTP client");
     let deadline = Instant::now() + spec.timeout;
     let mut first = spec.first;
@@ -280,6 +303,8 @@ async fn run(spec: FollowSpec, transcript: Arc<Mutex<Transcript>>, progress: wat
                             progress.send_modify(|n| *n += 1);
                         }
                         t.events.push(seen);
+                        drop(t);
+                        frames.send_modify(|n| *n += 1);
                     }
                 }
             }
