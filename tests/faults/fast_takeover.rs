@@ -15,6 +15,9 @@ use crate::harness::{
     checks::{self, Expect},
     client::{Dialect, FollowSpec, Follower},
     cluster::{Cluster, ClusterOptions, ClusterShape},
+    config,
+    lb::FirstLive,
+    upstream::expected_answer,
 };
 
 const WORDS: u32 = 80;
@@ -220,6 +223,97 @@ async fn behind_a_proxy_that_hides_subscriptions_the_hint_is_off_and_the_lease_t
     let dead = sum(&cluster, DEAD, &[1, 2]).await;
     if dead > 0.0 {
         failures.push(format!("a hint fired behind the proxy ({DEAD} = {dead})"));
+    }
+    assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), cluster.dump_logs());
+}
+
+/// `switchboard zot-rpc` (a harness's `zot rpc`) behind a load balancer;
+/// the replica serving its turn is killed mid-answer. The bridge rejoins
+/// by seq through the balancer, which now picks a live replica: the
+/// harness sees a pause (printed), then the rest of the turn — the cut
+/// step regenerated — each line once, and the whole answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_zot_rpc_harness_sees_only_a_short_pause_when_the_owner_is_killed() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let mut cluster = Cluster::start(options(None)).await;
+    hints_on(&cluster).await;
+    let backends = cluster.urls().iter().map(|url| url.trim_start_matches("http://").to_string()).collect();
+    let balancer = FirstLive::start(backends).await;
+    let mut bridge = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["zot-rpc", "--url", &balancer.url(), "--token", &cluster.token, "--model", config::MODEL])
+        .env_remove("ZOTCORE_RPC_TOKEN")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the bridge starts");
+    let mut stdin = bridge.stdin.take().expect("the bridge's stdin");
+    let mut stdout = BufReader::new(bridge.stdout.take().expect("the bridge's stdout")).lines();
+    let prompt = serde_json::json!({"id": "1", "type": "prompt", "message": words()});
+    stdin.write_all(format!("{prompt}\n").as_bytes()).await.expect("a prompt to the bridge");
+    stdin.flush().await.expect("the prompt sent");
+
+    // Every line up to `done`, with its arrival.
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(line)) = stdout.next_line().await {
+            let line: serde_json::Value = serde_json::from_str(&line).expect("the bridge writes JSON lines");
+            let done = line["type"] == "done";
+            let _ = lines_tx.send((Instant::now(), line));
+            if done {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut killed = None;
+    let mut first_after_kill = None;
+    // The takeover's first line: the cut step's `turn_end` (restarted).
+    let mut restarted = None;
+    loop {
+        let Ok(Some((at, line))) = tokio::time::timeout(TURN_TIMEOUT, lines.recv()).await else {
+            panic!("the bridge stopped before `done`: {seen:?}\n{}", cluster.dump_logs());
+        };
+        if killed.is_some() && first_after_kill.is_none() {
+            first_after_kill = Some(at);
+        }
+        if line["type"] == "turn_end" && line["restarted"] == true && restarted.is_none() {
+            restarted = Some(at);
+        }
+        let done = line["type"] == "done";
+        seen.push(line);
+        if done {
+            break;
+        }
+        if killed.is_none() && seen.iter().filter(|l| l["type"] == "text_delta").count() == 10 {
+            // The balancer sent every connection to replica 0 so far: it runs the turn.
+            cluster.replicas[0].kill9().await;
+            killed = Some(Instant::now());
+        }
+    }
+    reader.await.expect("the reader ends at `done`");
+    let killed = killed.expect("the turn streamed 10 tokens before its end");
+    let first_after_kill = first_after_kill.expect("lines after the kill");
+    eprintln!(
+        "kill -9 of the owner: at a zot-rpc harness, the next line {:?} and the takeover's first line {:?} after the kill",
+        first_after_kill.saturating_duration_since(killed),
+        restarted.map(|at| at.saturating_duration_since(killed)),
+    );
+
+    let kinds: Vec<&str> = seen.iter().filter_map(|l| l["type"].as_str()).collect();
+    let mut failures = Vec::new();
+    if restarted.is_none() {
+        failures.push(format!("the takeover did not regenerate the cut step: {kinds:?}"));
+    }
+    let last = seen.iter().rev().find(|l| l["type"] == "assistant_message");
+    let text = last.and_then(|l| l["content"][0]["text"].as_str());
+    if text != Some(expected_answer(WORDS).as_str()) {
+        failures.push(format!("the harness's last answer is {text:?}"));
+    }
+    let dead = sum(&cluster, DEAD, &[1, 2]).await;
+    if dead < 1.0 {
+        failures.push(format!("no replica counted a death hint ({DEAD} = {dead})"));
     }
     assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), cluster.dump_logs());
 }

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `ports` | reserving a free loopback port for a child process |
 //! | `process` | signals to children (`kill -STOP/-CONT/-TERM`), log tails |
+//! | `lb` | `FirstLive`: a TCP load balancer sending each connection to the first replica that accepts it |
 //! | `resp_proxy` | `HidingProxy`: a proxy to Redis whose `PUBSUB NUMSUB` sees no subscription |
 //! | `redis` | `OwnRedis`: a redis-server of the test's own: freeze, thaw, kill, restart |
 //! | `config` | the replica's configuration (with `test_config`, the builder all suites share); tokens its tenant accepts |
@@ -21,6 +22,7 @@ pub mod checks;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod lb;
 pub mod ports;
 pub mod process;
 pub mod redis;
