@@ -130,8 +130,9 @@ struct Inner {
     /// Sessions whose turn stopped because the store failed: restarted here
     /// from their last commit once it answers.
     recovering: DashMap<SessionKey, ()>,
-    /// Instances found dead by their death hint (`ownership.rs`).
-    hinted: DashMap<String, ownership::Hinted>,
+    /// What the death hints found, and the sessions clients here wait on
+    /// (`ownership.rs`).
+    hints: ownership::Hints,
     tasks: TaskTracker,
     /// Cancelled at the end of shutdown: background tasks stop.
     shutdown: CancellationToken,
@@ -190,7 +191,7 @@ impl Sessions {
                 running: DashMap::new(),
                 idle: tokio::sync::Notify::new(),
                 recovering: DashMap::new(),
-                hinted: DashMap::new(),
+                hints: ownership::Hints::default(),
                 tasks,
                 shutdown,
                 drain: CancellationToken::new(),

@@ -17,7 +17,12 @@
 //! [`HINT_CONFIRM`] apart, on the node it recorded and with the record it
 //! had, is taken as dead: its sessions are taken over now, by the same
 //! fenced commit as after a lapsed lease, and a request touching one of
-//! them takes it over too. The lease stays the bound for what the count
+//! them takes it over too. A request that finds a session of an instance
+//! alive by its lease (a client rejoining after its stream broke) asks for
+//! a check at once rather than at the next tick (at most one per
+//! [`CHECK_GAP`]); when that instance is found dead, the sessions clients
+//! here wait on are taken first, here, so their events reach them without
+//! a hop through another replica. The lease stays the bound for what the count
 //! cannot see (a stopped process, a host gone without a FIN, a store
 //! restart, a proxy without subscriptions). An instance found dead that
 //! records a new subscription afterwards lived: counted as a wrong hint
@@ -46,6 +51,7 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
+use dashmap::DashMap;
 use futures::StreamExt;
 use tokio::{
     sync::{Notify, mpsc},
@@ -82,6 +88,29 @@ const HINT_CONFIRM: Duration = Duration::from_millis(30);
 /// replica's subscription moves then, and a count of zero may be one
 /// still on its way.
 const HINTS_QUIET: Duration = Duration::from_secs(5);
+
+/// The shortest gap between two liveness checks asked for by requests
+/// (rather than by the clock): a stream of rejoins costs one check per gap.
+const CHECK_GAP: Duration = Duration::from_millis(20);
+/// How long a session a client here waits on stays first in line for a
+/// takeover by this replica (a follow of a live owner's session that
+/// long is an ordinary cross-replica follow).
+const AWAITED_FOR: Duration = Duration::from_secs(60);
+
+/// What the hint checker knows, shared with the requests.
+#[derive(Default)]
+pub(super) struct Hints {
+    /// Instances found dead.
+    dead: DashMap<String, Hinted>,
+    /// Sessions of other live-looking instances that a client here follows
+    /// (a rejoin after its stream broke, most often): when their owner is
+    /// found dead this replica takes them first, so their next events reach
+    /// those clients here, without a hop through another replica.
+    awaited: DashMap<SessionKey, (String, Instant)>,
+    /// A request found a session of an instance it cannot tell is dead:
+    /// check now rather than at the next tick.
+    check_now: Notify,
+}
 
 /// An instance the hint checker found dead.
 #[derive(Debug, Clone)]
@@ -170,8 +199,18 @@ pub(super) fn start(sessions: Sessions, mut wakes: mpsc::Receiver<Wake>) {
         tasks.spawn(async move {
             let mut ticks = ticks.start().await;
             let mut quiet_until = None;
-            while ticks.next().await {
+            loop {
+                let asked = checker.inner.hints.check_now.notified();
+                tokio::select! {
+                    more = ticks.next() => if !more { break },
+                    () = asked => {}
+                }
                 checker.check_liveness(&mut quiet_until).await;
+                // Requests ask at most once per gap (the clock's ticks go on).
+                tokio::select! {
+                    () = tokio::time::sleep(CHECK_GAP) => {}
+                    () = checker.inner.shutdown.cancelled() => break,
+                }
             }
         });
     }
@@ -267,10 +306,19 @@ pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey,
     let expect = match &record.owner {
         None => Expect::Nobody,
         Some(owner) if owner == sessions.instance() => return,
-        Some(owner) if sessions.inner.hinted.contains_key(owner) => Expect::Dead(owner.clone()),
+        Some(owner) if sessions.inner.hints.dead.contains_key(owner) => Expect::Dead(owner.clone()),
         Some(owner) => match sessions.store().replicas.alive(owner).await {
             Ok(false) => Expect::Dead(owner.clone()),
-            Ok(true) | Err(_) => return,
+            Ok(true) => {
+                // Alive by its lease; its connection may have closed already.
+                let hints = &sessions.inner.hints;
+                if sessions.config().store.liveness_check.is_some() {
+                    hints.awaited.insert(key.clone(), (owner.clone(), Instant::now()));
+                    hints.check_now.notify_one();
+                }
+                return;
+            }
+            Err(_) => return,
         },
     };
     take_over(sessions, key, expect).await;
@@ -467,7 +515,7 @@ impl Sessions {
         if moved {
             quiet();
         }
-        let hinted = &self.inner.hinted;
+        let hinted = &self.inner.hints.dead;
         hinted.retain(|instance, hint| match rows.iter().find(|row| &row.instance == instance) {
             Some(row) if row.record != hint.record => {
                 tracing::warn!(instance = %instance, "a replica found dead subscribed again: it lived");
@@ -501,12 +549,24 @@ impl Sessions {
         self.sweep_hinted().await;
     }
 
-    /// Takes over what the instances found dead still own.
+    /// Takes over what the instances found dead still own: first the
+    /// sessions clients here wait on, then the rest.
     async fn sweep_hinted(&self) {
-        let hinted = &self.inner.hinted;
+        let hints = &self.inner.hints;
+        let now = Instant::now();
+        hints.awaited.retain(|_, (_, since)| now.duration_since(*since) < AWAITED_FOR);
+        let hinted = &hints.dead;
         let uncleared: Vec<String> =
             hinted.iter().filter(|hint| !hint.cleared).map(|hint| hint.key().clone()).collect();
         for instance in uncleared {
+            let awaited: Vec<SessionKey> =
+                hints.awaited.iter().filter(|a| a.value().0 == instance).map(|a| a.key().clone()).collect();
+            for key in &awaited {
+                hints.awaited.remove(key);
+            }
+            if !awaited.is_empty() {
+                self.take_all(awaited, Expect::Dead(instance.clone()), HINTED_AT_ONCE).await;
+            }
             for _ in 0..HINTED_PASSES {
                 match self.sweep_dead(&instance, HINTED_AT_ONCE).await {
                     Some(Swept { found: 0, .. }) => {
