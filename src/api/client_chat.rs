@@ -173,7 +173,7 @@ pub async fn regenerate(
 /// (nor the `agent` tool), and a name a model API accepts.
 fn client_tools(state: &AppState, conversation: &impl Conversation) -> Vec<String> {
     let mut names = conversation.tool_names();
-    names.retain(|name| is_tool_name(name) && state.config.tool(name).is_none() && name != "agent");
+    names.retain(|name| is_tool_name(name) && !state.config.is_server_tool(name) && name != "agent");
     names
 }
 

@@ -139,7 +139,7 @@ fn model_or_default(
 /// names must be unique.
 fn check_frontend_tools(state: &AppState, tools: &[crate::domain::FrontendTool]) -> Result<(), ApiError> {
     for (i, tool) in tools.iter().enumerate() {
-        if state.config.tool(&tool.name).is_some() || tool.name == "agent" {
+        if state.config.tool(&tool.name).is_some() || tool.name == "agent" || tool.name.starts_with("mcp__") {
             return Err(ApiError::bad_request(format!("frontend tool {:?} has the name of a server tool", tool.name)));
         }
         if tools[..i].iter().any(|t| t.name == tool.name) {

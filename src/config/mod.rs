@@ -15,6 +15,7 @@ pub mod access;
 pub mod cors;
 mod dialect;
 pub mod http2;
+pub mod mcp;
 mod models;
 mod raw;
 pub mod sandbox;
@@ -63,6 +64,9 @@ pub struct Config {
     /// settings; [`Config::model`] resolves a requested id.
     pub models: BTreeMap<String, ModelConfig>,
     pub tools: Vec<ToolConfig>,
+    /// `[[mcp_servers]]`: remote MCP servers, offered to the tenants that
+    /// name them.
+    pub mcp_servers: Vec<mcp::McpServerConfig>,
     /// Credential-less requests on chosen routes (off when `None`).
     pub anonymous: Option<Anonymous>,
     /// True when the dev tenant signs with [`BUILTIN_DEV_SECRET`].
@@ -282,6 +286,8 @@ pub struct TenantConfig {
     /// Browser origins this tenant's credentials may be used from, besides
     /// `server.cors.allowed_origins` (never `*`).
     pub cors_origins: Vec<OriginPattern>,
+    /// The `[[mcp_servers]]` whose tools its sessions get.
+    pub mcp_servers: Vec<String>,
 }
 
 impl TenantConfig {
@@ -519,6 +525,17 @@ impl Config {
 
     pub fn tool(&self, name: &str) -> Option<&ToolConfig> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The MCP server named `name`.
+    pub fn mcp_server(&self, name: &str) -> Option<&mcp::McpServerConfig> {
+        self.mcp_servers.iter().find(|s| s.name == name)
+    }
+
+    /// Whether a model's tool name is a server-side tool: a `[[tools]]`
+    /// entry, or a tool of a configured MCP server (`mcp__<server>__…`).
+    pub fn is_server_tool(&self, name: &str) -> bool {
+        self.tool(name).is_some() || mcp::server_of(name).is_some_and(|server| self.mcp_server(server).is_some())
     }
 
     /// What an operator should know before running this configuration

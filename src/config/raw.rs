@@ -36,6 +36,8 @@ pub struct RawConfig {
     pub models: BTreeMap<String, RawModel>,
     #[serde(default)]
     pub tools: Vec<RawTool>,
+    #[serde(default)]
+    pub mcp_servers: Vec<super::mcp::RawMcpServer>,
     pub anonymous: Option<RawAnonymous>,
     #[serde(default)]
     pub sandbox: RawSandbox,
@@ -138,6 +140,9 @@ pub struct RawTenant {
     pub sandbox_network: Option<bool>,
     /// Browser origins this tenant's credentials may also be used from.
     pub cors_origins: Option<Vec<String>>,
+    /// Names of `[[mcp_servers]]` whose tools its sessions get.
+    #[serde(default)]
+    pub mcp_servers: Vec<String>,
 }
 
 /// Where a provider key comes from: an environment variable or a file (a

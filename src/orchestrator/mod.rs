@@ -38,7 +38,7 @@ use crate::{
     providers::{ModelProvider, Providers, ToolSpec},
     sessions::{Emitter, RunHandle, Sessions, TurnRunner},
     telemetry::{attributes as attr, timing::UpstreamTime},
-    tools::{CallContext, ServerTools, ToolReply, skills::Skill, workspace_tools},
+    tools::{CallContext, ServerTools, ToolReply, mcp::McpServers, skills::Skill, workspace_tools},
     workspace::{Workspace, Workspaces},
 };
 use tracing::Instrument as _;
@@ -47,6 +47,8 @@ pub struct Orchestrator {
     config: Arc<Config>,
     providers: Arc<Providers>,
     tools: Arc<ServerTools>,
+    /// The `[[mcp_servers]]`' clients.
+    mcp: Arc<McpServers>,
     /// The workspaces of the sessions this replica runs (`bash`, `read`,
     /// `patch`, and the rlm REPL's `exec`).
     pub workspaces: Arc<Workspaces>,
@@ -69,6 +71,7 @@ impl Orchestrator {
         Arc::new(Self {
             providers,
             tools: ServerTools::from_config(&config),
+            mcp: McpServers::from_config(&config),
             config,
             enabled_prompts,
             workspaces,
@@ -83,6 +86,11 @@ impl Orchestrator {
             .get(tenant)
             .map(|t| t.tools.clone())
             .unwrap_or_else(|| DefaultTools { enabled: Vec::new(), ..DefaultTools::default() })
+    }
+
+    /// The MCP servers whose tools `tenant`'s sessions get.
+    fn mcp_servers_of(&self, tenant: &str) -> Vec<String> {
+        self.config.tenants.get(tenant).map(|t| t.mcp_servers.clone()).unwrap_or_default()
     }
 
     /// The history as sent to the model: the client's own system message if
@@ -164,6 +172,8 @@ impl Orchestrator {
         let session = handle.session();
         ExecContext {
             tools: self.tools.clone(),
+            mcp: self.mcp.clone(),
+            mcp_servers: self.mcp_servers_of(session.tenant()),
             providers: self.providers.clone(),
             config: self.config.clone(),
             model_alias: session.model().to_string(),
@@ -195,6 +205,9 @@ impl TurnRunner for Orchestrator {
 #[derive(Clone)]
 struct ExecContext {
     tools: Arc<ServerTools>,
+    mcp: Arc<McpServers>,
+    /// The MCP servers of the session's tenant.
+    mcp_servers: Vec<String>,
     providers: Arc<Providers>,
     config: Arc<Config>,
     model_alias: String,
@@ -248,6 +261,14 @@ impl ExecContext {
                 let agent = AgentRef { agent_id: "main".into(), parent_id: None, depth };
                 let answer = workspace_tools::run(&workspace, call, &self.emitter, &agent, &self.cancel).await;
                 return ToolReply { outcome: answer.outcome, state_delta: None, shaped: Some(answer.result) };
+            }
+            if crate::config::mcp::server_of(&call.name).is_some() {
+                let key = format!("{}:{}", self.session_id, call.id);
+                let metrics = self.sessions.metrics();
+                let started = tokio::time::Instant::now();
+                let reply = self.mcp.call(&self.mcp_servers, call, &key, metrics).await;
+                self.upstream.add(started.elapsed());
+                return reply;
             }
             let Some(tool) = self.tools.get(&call.name) else {
                 return ToolOutcome::error(format!("there is no tool named {:?}", call.name)).into();

@@ -63,6 +63,9 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
     };
     let mut messages = vec![ChatMessage::text(Role::System, SUBAGENT_PROMPT), ChatMessage::text(Role::User, task)];
     let mut tools = context.tools.specs();
+    if !context.mcp_servers.is_empty() {
+        tools.extend(context.mcp.specs(&context.mcp_servers, context.sessions.metrics()).await);
+    }
     tools.extend(crate::tools::workspace_tools::specs().into_iter().filter(|s| context.defaults.has(&s.name)));
     tools.push(spec());
     for _ in 0..context.max_iterations() {

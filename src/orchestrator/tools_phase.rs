@@ -39,9 +39,14 @@ pub(super) async fn plan(
     let options = handle.session().options();
     let defaults = orchestrator.default_tools(handle.session().tenant());
     let mut rules = options.rules.clone();
+    let mcp_servers = orchestrator.mcp_servers_of(handle.session().tenant());
     let mut decisions = Vec::with_capacity(calls.len());
     for call in calls {
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+        let mcp_policy = match crate::config::mcp::server_of(&call.name) {
+            Some(_) => orchestrator.mcp.permission(&mcp_servers, &call.name, handle.sessions().metrics()).await,
+            None => None,
+        };
         let decision = if let Some(tool) = options.frontend_tools.iter().find(|t| t.name == call.name) {
             match tool.mode {
                 FrontendMode::Pause => CallDecision::Client,
@@ -57,6 +62,7 @@ pub(super) async fn plan(
             .tools
             .get(&call.name)
             .map(|tool| tool.permission)
+            .or(mcp_policy)
             .or_else(|| defaults.has(&call.name).then(|| defaults.permission(&call.name)))
         {
             let verdict =

@@ -161,6 +161,10 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
             return Ok(end);
         }
         let mut request = request(orchestrator, handle, model);
+        let servers = orchestrator.mcp_servers_of(&handle.key().tenant);
+        if !servers.is_empty() {
+            request.tools.extend(orchestrator.mcp.specs(&servers, handle.sessions().metrics()).await);
+        }
         request.prefill = handle.take_continuation();
         let emitter = handle.emitter();
         let agent = main_agent();

@@ -250,7 +250,7 @@ impl Sessions {
                     let kind = match name.as_str() {
                         "agent" => "agent",
                         "bash" | "read" | "patch" => "workspace",
-                        name if self.inner.config.tool(name).is_some() => "server",
+                        name if self.inner.config.is_server_tool(name) => "server",
                         _ => "frontend",
                     };
                     metrics.tool_call(kind, status.as_str());

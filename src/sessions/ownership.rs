@@ -356,7 +356,11 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
     // before the call); `read`, `patch` and `agent` run again.
     let rerun = |call: &crate::domain::ToolCall| match call.name.as_str() {
         "bash" => config.sandbox.retry_on_takeover,
-        name => config.tool(name).is_none_or(|tool| tool.retry_on_takeover),
+        name => match (config.tool(name), crate::config::mcp::server_of(name).and_then(|s| config.mcp_server(s))) {
+            (Some(tool), _) => tool.retry_on_takeover,
+            (None, Some(server)) => server.retry_on_takeover,
+            (None, None) => true,
+        },
     };
     let events = match session.take_over(sessions.replica(), restart, &rerun) {
         Ok(events) => events,

@@ -119,6 +119,21 @@ pub struct CorsLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct McpLabels {
+    /// The `[[mcp_servers]]` name.
+    pub server: String,
+    /// Calls: `ok`, `tool_error` (the server answered `isError`),
+    /// `timeout`, `unreachable`, `refused` (a JSON-RPC error). Tool list
+    /// fetches: `ok` or the same failures.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct McpServerLabels {
+    pub server: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub rate_limits: Family<RateLimitLabels, Counter>,
@@ -145,6 +160,9 @@ pub struct Metrics {
     pub store_index_entries: Family<IndexLabels, Counter>,
     /// Cross-origin requests whose origin CORS does not allow.
     pub cors_refused: Family<CorsLabels, Counter>,
+    pub mcp_calls: Family<McpLabels, Counter>,
+    pub mcp_call_duration: Family<McpServerLabels, Histogram>,
+    pub mcp_lists: Family<McpLabels, Counter>,
 }
 
 /// A histogram family whose buckets are `start`, `start * 2`, … (`count` of them).
@@ -212,6 +230,16 @@ impl Metrics {
         );
         let cors_refused = Family::<CorsLabels, Counter>::default();
         r.register("cors_refused", "Cross-origin requests from origins CORS does not allow", cors_refused.clone());
+        let mcp_calls = Family::<McpLabels, Counter>::default();
+        r.register("mcp_tool_calls", "MCP tool calls by server and outcome", mcp_calls.clone());
+        let mcp_call_duration = histograms!(0.001, 16);
+        r.register(
+            "mcp_tool_call_duration_seconds",
+            "MCP tool calls by server, sent to answered",
+            mcp_call_duration.clone(),
+        );
+        let mcp_lists = Family::<McpLabels, Counter>::default();
+        r.register("mcp_tool_lists", "MCP servers' tool lists fetched, by server and outcome", mcp_lists.clone());
         Self {
             registry: r,
             rate_limits,
@@ -231,7 +259,24 @@ impl Metrics {
             store_duration,
             store_index_entries,
             cors_refused,
+            mcp_calls,
+            mcp_call_duration,
+            mcp_lists,
         }
+    }
+
+    pub fn mcp_call(&self, server: &str, outcome: &str) {
+        self.mcp_calls.get_or_create(&McpLabels { server: server.to_string(), outcome: outcome.to_string() }).inc();
+    }
+
+    pub fn mcp_latency(&self, server: &str, elapsed: Duration) {
+        self.mcp_call_duration
+            .get_or_create(&McpServerLabels { server: server.to_string() })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn mcp_list(&self, server: &str, outcome: &str) {
+        self.mcp_lists.get_or_create(&McpLabels { server: server.to_string(), outcome: outcome.to_string() }).inc();
     }
 
     pub fn observe_http(&self, route: &str, method: &str, status: u16, elapsed: Duration) {

@@ -18,6 +18,7 @@
 //! [`ToolReply`] and `http.rs`.
 
 mod http;
+pub mod mcp;
 mod patch;
 pub mod skills;
 pub mod workspace_tools;

@@ -27,6 +27,7 @@ mod hostile_input;
 mod isolation;
 mod limits;
 mod llm_gateway;
+mod mcp;
 mod metrics;
 mod mock_upstream;
 mod native_api;

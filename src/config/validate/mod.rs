@@ -201,6 +201,30 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         }
     }
 
+    let mut mcp_servers: Vec<super::mcp::McpServerConfig> = Vec::new();
+    for (i, server) in raw.mcp_servers.into_iter().enumerate() {
+        let path = format!("mcp_servers[{i}]");
+        let mut secret = |errors: &mut ConfigErrors, at: &str, var: Option<String>, file: Option<String>| {
+            api_key(errors, at, var, file, env)
+        };
+        if let Some(server) = super::mcp::validate_server(&mut errors, &path, server, &mut secret) {
+            if mcp_servers.iter().any(|s| s.name == server.name) {
+                errors.push(format!("{path}.name"), format!("duplicate MCP server name {:?}", server.name));
+            }
+            mcp_servers.push(server);
+        }
+    }
+    for tenant in tenants.values() {
+        for name in &tenant.mcp_servers {
+            if !mcp_servers.iter().any(|s| &s.name == name) {
+                errors.push(
+                    format!("tenants[{}].mcp_servers", tenant.id),
+                    format!("no [[mcp_servers]] entry is named {name:?}"),
+                );
+            }
+        }
+    }
+
     let anonymous = raw.anonymous.and_then(|raw| validate_anonymous(&mut errors, raw, &tenants));
     let sandbox = super::sandbox::validate_sandbox(&mut errors, raw.sandbox);
     let skills = super::sandbox::validate_skills(&mut errors, raw.skills);
@@ -219,6 +243,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         tenants,
         models,
         tools,
+        mcp_servers,
         anonymous,
         uses_builtin_dev_secret: false,
         sandbox,

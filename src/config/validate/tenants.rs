@@ -103,6 +103,7 @@ pub(super) fn validate_tenant(
         rate_limit,
         models: raw.models,
         credentials,
+        mcp_servers: raw.mcp_servers,
     })
 }
 

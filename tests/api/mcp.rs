@@ -1,0 +1,261 @@
+//! MCP servers as tool sources, against a real MCP server nobody here wrote:
+//! `@modelcontextprotocol/server-everything` (npm, installed in clients/ by
+//! `scripts/ensure-clients.sh`), started in its Streamable HTTP mode on a
+//! port of its own. The model is the scripted upstream; the replicas share
+//! Redis (`crate::orchestrator::world`).
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    process::Stdio,
+    time::Duration,
+};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use crate::{
+    orchestrator::{World, kinds, of_kind, tool_messages, world},
+    sse::{Frame, SseReader},
+    support::mock_upstream::Reply,
+};
+
+const EVERYTHING: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/clients/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// server-everything on a port of its own, killed on drop.
+struct Everything {
+    addr: SocketAddr,
+    _child: Child,
+}
+
+impl Everything {
+    async fn start() -> Self {
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let child = Command::new("node")
+            .args([EVERYTHING, "streamableHttp"])
+            .env("PORT", addr.port().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs server-everything (scripts/ensure-clients.sh installs it)");
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        // Ready when its port accepts a connection.
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen on {addr}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self { addr, _child: child }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// The `[[mcp_servers]]` of these tests: `everything` (echo allowed, the
+/// rest asking, two tools hidden), `slow` (the same server with a 1 s
+/// timeout), `gone` (nothing listens); tenant `acme` has all three, `globex`
+/// none.
+fn mcp_toml(everything: &Everything) -> String {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    format!(
+        r#"
+[[mcp_servers]]
+name = "everything"
+url = "{url}"
+headers = {{ X-Test-Label = {{ value = "switchboard-tests" }} }}
+denied_tools = ["get-env", "trigger-sampling-request"]
+tool_permissions = {{ echo = "allow", trigger-long-running-operation = "allow" }}
+
+[[mcp_servers]]
+name = "slow"
+url = "{url}"
+allowed_tools = ["trigger-long-running-operation"]
+permission = "allow"
+timeout_secs = 1
+
+[[mcp_servers]]
+name = "gone"
+url = "http://{closed}/mcp"
+permission = "allow"
+timeout_secs = 2
+"#,
+        url = everything.url()
+    )
+}
+
+async fn mcp_world(replicas: usize, everything: &Everything) -> World {
+    let toml = mcp_toml(everything);
+    world(replicas, |o| {
+        o.extra_toml.push_str(&toml);
+        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["everything", "slow", "gone"]"#.into()));
+    })
+    .await
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    let tools = request["tools"].as_array().cloned().unwrap_or_default();
+    tools.iter().filter_map(|t| t["function"]["name"].as_str().or(t["name"].as_str()).map(str::to_string)).collect()
+}
+
+async fn turn(w: &World, on: usize, ask: &str) -> Vec<Frame> {
+    let id = w.session(on, "mock", json!({})).await;
+    w.send(on, &id, ask).await.rest().await
+}
+
+#[tokio::test]
+async fn a_turn_lists_and_calls_an_mcp_servers_tools_in_two_dialects() {
+    let everything = Everything::start().await;
+    let w = mcp_world(1, &everything).await;
+
+    // Native API.
+    w.upstream.push(Reply::new().tool_call("call_echo", "mcp__everything__echo", [r#"{"message":"#, r#""hi mcp"}"#]));
+    w.upstream.push(Reply::new().text(["Echoed."]));
+    let frames = turn(&w, 0, "echo hi mcp").await;
+    let offered = tool_names(&w.model_request(0));
+    for name in ["mcp__everything__echo", "mcp__everything__get-sum", "mcp__slow__trigger-long-running-operation"] {
+        assert!(offered.iter().any(|n| n == name), "{name} is offered: {offered:?}");
+    }
+    let call = of_kind(&frames, "tool_call")[0];
+    assert_eq!(call.data["name"], "mcp__everything__echo");
+    let result = of_kind(&frames, "tool_result")[0];
+    assert_eq!(result.data["status"], "success", "{:?}", result.data);
+    assert!(result.data["output"].as_str().unwrap().contains("hi mcp"), "{:?}", result.data);
+    let seen = tool_messages(&w.model_request(1));
+    assert!(seen.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains("hi mcp"))), "{seen:?}");
+    assert_eq!(frames.last().unwrap().data["reason"], "final", "{:?}", kinds(&frames));
+
+    // HolmesGPT's `/api/chat`: the same server tool in its shape.
+    w.upstream.push(Reply::new().tool_call("call_echo2", "mcp__everything__echo", [r#"{"message":"from holmes"}"#]));
+    w.upstream.push(Reply::new().text(["Echoed again."]));
+    let body = json!({"ask": "echo from holmes", "model": "mock", "stream": true});
+    let response = w.apps[0].post_json("/api/chat", Some(&w.token), &body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let frames = SseReader::new(response).rest().await;
+    let results = of_kind(&frames, "tool_calling_result");
+    assert_eq!(results.len(), 1, "{:?}", kinds(&frames));
+    assert_eq!(results[0].data["name"], "mcp__everything__echo", "{:?}", results[0].data);
+    assert_eq!(results[0].data["result"]["status"], "success", "{:?}", results[0].data);
+    assert!(results[0].data["result"]["data"].to_string().contains("from holmes"), "{:?}", results[0].data);
+    assert_eq!(frames.last().unwrap().event, "ai_answer_end");
+
+    let metrics = w.apps[0].get("/metrics", None).await.text().await.unwrap();
+    assert!(
+        metrics.contains(r#"switchboard_mcp_tool_calls_total{server="everything",outcome="ok"} 2"#),
+        "{}",
+        metrics.lines().filter(|l| l.contains("mcp")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(!metrics.contains(&everything.url()), "the server's URL is not exposed");
+}
+
+#[tokio::test]
+async fn an_asking_mcp_tool_is_decided_on_another_replica() {
+    let everything = Everything::start().await;
+    let w = mcp_world(2, &everything).await;
+    w.upstream.push(Reply::new().tool_call("call_sum", "mcp__everything__get-sum", [r#"{"a":2,"b":3}"#]));
+    w.upstream.push(Reply::new().text(["Five."]));
+    let id = w.session(0, "mock", json!({})).await;
+    let mut on_a = w.send(0, &id, "add 2 and 3").await;
+    let before = on_a.until_kind("relay_requested").await;
+    let relay = before.last().unwrap().data.clone();
+    assert_eq!(relay["tool"], "mcp__everything__get-sum");
+    assert_eq!(relay["params"], json!({"a": 2, "b": 3}));
+    let path = format!("/v1/sessions/{id}/relays/{}", relay["relay_id"].as_str().unwrap());
+    let decided = w.apps[1].post_json(&path, Some(&w.token), &json!({"approved": true})).await;
+    assert_eq!(decided.status(), StatusCode::OK);
+    let rest = on_a.rest().await;
+    assert_eq!(&kinds(&rest)[..3], ["relay_decided", "tool_call", "tool_result"]);
+    let result = of_kind(&rest, "tool_result")[0];
+    assert_eq!(result.data["status"], "success", "{:?}", result.data);
+    assert!(result.data["output"].as_str().unwrap().contains('5'), "{:?}", result.data);
+    assert_eq!(rest.last().unwrap().data["reason"], "final");
+}
+
+#[tokio::test]
+async fn allow_lists_hide_tools_and_another_tenant_sees_no_mcp_tool() {
+    let everything = Everything::start().await;
+    let w = mcp_world(1, &everything).await;
+
+    w.upstream.push(Reply::new().tool_call("call_env", "mcp__everything__get-env", ["{}"]));
+    w.upstream.push(Reply::new().text(["No."]));
+    let frames = turn(&w, 0, "show the environment").await;
+    let offered = tool_names(&w.model_request(0));
+    assert!(offered.iter().any(|n| n == "mcp__everything__echo"), "{offered:?}");
+    for hidden in ["mcp__everything__get-env", "mcp__everything__trigger-sampling-request", "mcp__slow__echo"] {
+        assert!(!offered.iter().any(|n| n == hidden), "{hidden} is hidden: {offered:?}");
+    }
+    // Called anyway (a model may make a name up): refused, nothing runs.
+    let result = of_kind(&frames, "tool_result")[0];
+    assert_eq!(result.data["status"], "error", "{:?}", result.data);
+    assert!(result.data["output"].as_str().unwrap().contains("no tool named"), "{:?}", result.data);
+
+    // A tenant without the servers (they are globex's here) is offered none
+    // of their tools, and a call of one is no tool of its.
+    let toml = mcp_toml(&everything);
+    let other = world(1, |o| {
+        o.extra_toml.push_str(&toml);
+        o.tenant_toml.push(("globex".into(), r#"mcp_servers = ["everything"]"#.into()));
+    })
+    .await;
+    other.upstream.push(Reply::new().tool_call("call_echo", "mcp__everything__echo", [r#"{"message":"x"}"#]));
+    other.upstream.push(Reply::new().text(["No."]));
+    let frames = turn(&other, 0, "echo x").await;
+    let offered = tool_names(&other.model_request(0));
+    assert!(!offered.iter().any(|n| n.starts_with("mcp__")), "acme sees none of globex's MCP tools: {offered:?}");
+    let result = of_kind(&frames, "tool_result")[0];
+    assert_eq!(result.data["status"], "error", "{:?}", result.data);
+    assert!(result.data["output"].as_str().unwrap().contains("no tool named"), "{:?}", result.data);
+}
+
+#[tokio::test]
+async fn a_failing_server_gives_the_model_an_error_result_and_never_stops_the_turn() {
+    let everything = Everything::start().await;
+    let w = mcp_world(1, &everything).await;
+
+    // `isError` (the server refuses arguments its schema does not allow),
+    // a timeout (a 5 s operation on the server with a 1 s limit), and a
+    // server nobody answers for (its tools were never listed): three error
+    // results the model sees, and the turn ends as usual.
+    w.upstream.push(
+        Reply::new()
+            .tool_call("call_bad", "mcp__everything__echo", [r#"{"message":42}"#])
+            .tool_call("call_slow", "mcp__slow__trigger-long-running-operation", [r#"{"duration":5,"steps":1}"#])
+            .tool_call("call_gone", "mcp__gone__anything", ["{}"]),
+    );
+    w.upstream.push(Reply::new().text(["Three failures."]));
+    let started = tokio::time::Instant::now();
+    let frames = turn(&w, 0, "fail three ways").await;
+    let results = of_kind(&frames, "tool_result");
+    assert_eq!(results.len(), 3, "{:?}", kinds(&frames));
+    let by_id = |id: &str| results.iter().find(|f| f.data["tool_call_id"] == id).unwrap().data.clone();
+    for id in ["call_bad", "call_slow", "call_gone"] {
+        assert_eq!(by_id(id)["status"], "error", "{id}: {:?}", by_id(id));
+    }
+    assert!(by_id("call_slow")["output"].as_str().unwrap().contains("did not answer within 1 s"));
+    assert!(by_id("call_gone")["output"].as_str().unwrap().contains("no tool named"));
+    for result in &results {
+        assert!(!result.data["output"].as_str().unwrap().contains(&everything.url()), "no URL reaches a client");
+    }
+    assert_eq!(frames.last().unwrap().data["reason"], "final");
+    assert!(started.elapsed() < Duration::from_secs(30), "the turn was not held by the failing servers");
+
+    let metrics = w.apps[0].get("/metrics", None).await.text().await.unwrap();
+    for sample in [
+        r#"switchboard_mcp_tool_calls_total{server="everything",outcome="tool_error"} 1"#,
+        r#"switchboard_mcp_tool_calls_total{server="slow",outcome="timeout"} 1"#,
+    ] {
+        assert!(
+            metrics.contains(sample),
+            "{sample}\n{}",
+            metrics.lines().filter(|l| l.contains("mcp")).collect::<Vec<_>>().join("\n")
+        );
+    }
+    assert!(
+        metrics.contains(r#"switchboard_mcp_tool_lists_total{server="gone",outcome="#),
+        "the failed listing is counted"
+    );
+}
