@@ -45,7 +45,15 @@ pub(super) async fn plan(
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         let mcp_policy = match crate::config::mcp::server_of(&call.name) {
             Some(_) => orchestrator.mcp.permission(&mcp_servers, &call.name, handle.sessions().metrics()).await,
-            None => None,
+            None => Ok(None),
+        };
+        let mcp_policy = match mcp_policy {
+            Ok(policy) => policy,
+            Err(unavailable) => {
+                // Its server is down: the model is told so.
+                decisions.push(CallDecision::Answer { outcome: ToolOutcome::error(unavailable), announce: false });
+                continue;
+            }
         };
         let decision = if let Some(tool) = options.frontend_tools.iter().find(|t| t.name == call.name) {
             match tool.mode {

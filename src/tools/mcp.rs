@@ -75,6 +75,9 @@ struct Server {
 
 type Client = RunningService<RoleClient, Handler>;
 
+/// What a model's tool name stands for (see [`McpServers::resolve`]).
+type Resolved = Result<Option<(Arc<Server>, Listed)>, (Arc<Server>, Failure)>;
+
 /// What the client does with the server's notifications.
 #[derive(Clone)]
 struct Handler {
@@ -179,23 +182,39 @@ impl McpServers {
         let listings = futures::future::join_all(servers.map(|server| server.tools(metrics))).await;
         listings
             .into_iter()
-            .flatten()
+            .filter_map(Result::ok)
             .flat_map(|tools| tools.iter().map(|t| t.spec.clone()).collect::<Vec<_>>())
             .collect()
     }
 
     /// The permission of the tool the model calls `name`, if it is an
-    /// offered tool of one of the servers `names`.
-    pub async fn permission(&self, names: &[String], name: &str, metrics: &Metrics) -> Option<Permission> {
-        let (server, listed) = self.resolve(names, name, metrics).await?;
-        Some(server.config.permission_of(&listed.tool))
+    /// offered tool of one of the servers `names`; an error result for the
+    /// model when its server's tools cannot be had.
+    pub async fn permission(
+        &self,
+        names: &[String],
+        name: &str,
+        metrics: &Metrics,
+    ) -> Result<Option<Permission>, String> {
+        match self.resolve(names, name, metrics).await {
+            Ok(found) => Ok(found.map(|(server, listed)| server.config.permission_of(&listed.tool))),
+            Err((server, failure)) => {
+                metrics.mcp_call(&server.config.name, failure.label());
+                Err(failure.explain(&server.config))
+            }
+        }
     }
 
     /// Runs `call` (a tool of one of the servers `names`); `key`: its
     /// idempotency key.
     pub async fn call(&self, names: &[String], call: &ToolCall, key: &str, metrics: &Metrics) -> ToolReply {
-        let Some((server, listed)) = self.resolve(names, &call.name, metrics).await else {
-            return ToolOutcome::error(format!("there is no tool named {:?}", call.name)).into();
+        let (server, listed) = match self.resolve(names, &call.name, metrics).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return ToolOutcome::error(format!("there is no tool named {:?}", call.name)).into(),
+            Err((server, failure)) => {
+                metrics.mcp_call(&server.config.name, failure.label());
+                return ToolOutcome::error(failure.explain(&server.config)).into();
+            }
         };
         let arguments = match serde_json::from_str::<Value>(&call.arguments) {
             Ok(Value::Object(arguments)) => Some(arguments),
@@ -219,42 +238,41 @@ impl McpServers {
     }
 
     /// The server and tool the model's `name` stands for, among the
-    /// servers `names`.
-    async fn resolve(&self, names: &[String], name: &str, metrics: &Metrics) -> Option<(Arc<Server>, Listed)> {
-        let server_name = server_of(name)?;
-        if !names.iter().any(|n| n == server_name) {
-            return None;
-        }
-        let server = self.servers.get(server_name)?;
-        let tools = server.tools(metrics).await?;
-        let listed = tools.iter().find(|t| t.spec.name == name)?.clone();
-        Some((server.clone(), listed))
+    /// servers `names`: `None` when it is none of their offered tools, an
+    /// error when its server's tools cannot be had.
+    async fn resolve(&self, names: &[String], name: &str, metrics: &Metrics) -> Resolved {
+        let Some(server) = server_of(name).filter(|s| names.iter().any(|n| n == s)).and_then(|s| self.servers.get(s))
+        else {
+            return Ok(None);
+        };
+        let tools = server.tools(metrics).await.map_err(|failure| (server.clone(), failure))?;
+        Ok(tools.iter().find(|t| t.spec.name == name).map(|listed| (server.clone(), listed.clone())))
     }
 }
 
 impl Server {
     /// The offered tools, listed again when the list is old or changed.
-    async fn tools(&self, metrics: &Metrics) -> Option<Arc<Vec<Listed>>> {
+    async fn tools(&self, metrics: &Metrics) -> Result<Arc<Vec<Listed>>, Failure> {
         let mut listing = self.listing.lock().await;
         let changed = self.changed.swap(false, Ordering::SeqCst);
         if let Some(current) = listing.as_ref()
             && !changed
             && current.at.elapsed() < LIST_TTL
         {
-            return Some(current.tools.clone());
+            return Ok(current.tools.clone());
         }
         match self.list().await {
             Ok(tools) => {
                 metrics.mcp_list(&self.config.name, "ok");
                 let tools = Arc::new(tools);
                 *listing = Some(Listing { at: Instant::now(), tools: tools.clone() });
-                Some(tools)
+                Ok(tools)
             }
             Err(failure) => {
                 metrics.mcp_list(&self.config.name, failure.label());
                 tracing::warn!(server = %self.config.name, failure = failure.label(), "cannot list an MCP server's tools; they are left out");
                 // A list fetched before is better than none.
-                listing.as_ref().map(|l| l.tools.clone())
+                listing.as_ref().map(|l| l.tools.clone()).ok_or(failure)
             }
         }
     }

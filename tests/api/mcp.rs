@@ -31,24 +31,37 @@ struct Everything {
 }
 
 impl Everything {
+    /// Starts the server on a free port. The port is picked here and given
+    /// to the server, so another process may take it in between: then the
+    /// server exits, or another answers there (it is not the server's
+    /// JSON-RPC refusal of a GET without a session), and it starts again on
+    /// another port.
     async fn start() -> Self {
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let child = Command::new("node")
-            .args([EVERYTHING, "streamableHttp"])
-            .env("PORT", addr.port().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node runs server-everything (scripts/ensure-clients.sh installs it)");
-        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-        // Ready when its port accepts a connection.
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen on {addr}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let http = reqwest::Client::new();
+        for _ in 0..5 {
+            let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+            let mut child = Command::new("node")
+                .args([EVERYTHING, "streamableHttp"])
+                .env("PORT", addr.port().to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("node runs server-everything (scripts/ensure-clients.sh installs it)");
+            let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+            while tokio::time::Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+                if let Ok(response) = http.get(format!("http://{addr}/mcp")).send().await {
+                    let body = response.text().await.unwrap_or_default();
+                    if body.contains("No valid session ID") {
+                        return Self { addr, _child: child };
+                    }
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        Self { addr, _child: child }
+        panic!("server-everything did not start");
     }
 
     fn url(&self) -> String {
@@ -236,7 +249,7 @@ async fn a_failing_server_gives_the_model_an_error_result_and_never_stops_the_tu
         assert_eq!(by_id(id)["status"], "error", "{id}: {:?}", by_id(id));
     }
     assert!(by_id("call_slow")["output"].as_str().unwrap().contains("did not answer within 1 s"));
-    assert!(by_id("call_gone")["output"].as_str().unwrap().contains("no tool named"));
+    assert!(by_id("call_gone")["output"].as_str().unwrap().contains("the MCP server gone could not be reached"));
     for result in &results {
         assert!(!result.data["output"].as_str().unwrap().contains(&everything.url()), "no URL reaches a client");
     }
@@ -247,6 +260,7 @@ async fn a_failing_server_gives_the_model_an_error_result_and_never_stops_the_tu
     for sample in [
         r#"switchboard_mcp_tool_calls_total{server="everything",outcome="tool_error"} 1"#,
         r#"switchboard_mcp_tool_calls_total{server="slow",outcome="timeout"} 1"#,
+        r#"switchboard_mcp_tool_calls_total{server="gone",outcome="unreachable"} 1"#,
     ] {
         assert!(
             metrics.contains(sample),
