@@ -22,38 +22,61 @@ use crate::{
 
 const EVERYTHING: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/clients/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// The Python of `clients/.venv-mcp` (`scripts/ensure-mcp-python.sh`).
+const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/.venv-mcp/bin/python");
+/// mcp-server-time's own server, served over Streamable HTTP by its SDK.
+const TIME_SERVER: &str = "import sys\nfrom mcp_server_time.server import create_server\n\
+    create_server('UTC').run('streamable-http', port=int(sys.argv[1]))";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// server-everything on a port of its own, killed on drop.
-struct Everything {
+/// An MCP server process on a port of its own, killed on drop.
+struct McpServer {
     addr: SocketAddr,
     _child: Child,
 }
 
-impl Everything {
+impl McpServer {
+    /// `@modelcontextprotocol/server-everything` (npm).
+    async fn everything() -> Self {
+        Self::start(|port| {
+            let mut command = Command::new("node");
+            command.args([EVERYTHING, "streamableHttp"]).env("PORT", port.to_string());
+            command
+        })
+        .await
+    }
+
+    /// `mcp-server-time` (PyPI).
+    async fn time() -> Self {
+        Self::start(|port| {
+            let mut command = Command::new(PYTHON);
+            command.args(["-c", TIME_SERVER, &port.to_string()]);
+            command
+        })
+        .await
+    }
+
     /// Starts the server on a free port. The port is picked here and given
     /// to the server, so another process may take it in between: then the
-    /// server exits, or another answers there (it is not the server's
-    /// JSON-RPC refusal of a GET without a session), and it starts again on
-    /// another port.
-    async fn start() -> Self {
+    /// server exits, or another answers there (not with an MCP server's
+    /// JSON-RPC refusal of a GET without a session), and it starts again
+    /// on another port.
+    async fn start(command: impl Fn(u16) -> Command) -> Self {
         let http = reqwest::Client::new();
         for _ in 0..5 {
             let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-            let mut child = Command::new("node")
-                .args([EVERYTHING, "streamableHttp"])
-                .env("PORT", addr.port().to_string())
+            let mut child = command(addr.port())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .kill_on_drop(true)
                 .spawn()
-                .expect("node runs server-everything (scripts/ensure-clients.sh installs it)");
+                .expect("the MCP server starts (scripts/ensure-clients.sh and ensure-mcp-python.sh install them)");
             let deadline = tokio::time::Instant::now() + START_TIMEOUT;
             while tokio::time::Instant::now() < deadline && child.try_wait().unwrap().is_none() {
                 if let Ok(response) = http.get(format!("http://{addr}/mcp")).send().await {
                     let body = response.text().await.unwrap_or_default();
-                    if body.contains("No valid session ID") {
+                    if body.contains("jsonrpc") && body.contains("ession") {
                         return Self { addr, _child: child };
                     }
                     break;
@@ -61,7 +84,7 @@ impl Everything {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        panic!("server-everything did not start");
+        panic!("the MCP server did not start");
     }
 
     fn url(&self) -> String {
@@ -70,10 +93,10 @@ impl Everything {
 }
 
 /// The `[[mcp_servers]]` of these tests: `everything` (echo allowed, the
-/// rest asking, two tools hidden), `slow` (the same server with a 1 s
-/// timeout), `gone` (nothing listens); tenant `acme` has all three, `globex`
-/// none.
-fn mcp_toml(everything: &Everything) -> String {
+/// rest asking, two tools hidden), `time` (allowed), `slow` (everything
+/// again, with a 1 s timeout), `gone` (nothing listens); tenant `acme` has
+/// all four, `globex` none.
+fn mcp_toml(everything: &McpServer, time: &McpServer) -> String {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     format!(
         r#"
@@ -83,6 +106,11 @@ url = "{url}"
 headers = {{ X-Test-Label = {{ value = "switchboard-tests" }} }}
 denied_tools = ["get-env", "trigger-sampling-request"]
 tool_permissions = {{ echo = "allow", trigger-long-running-operation = "allow" }}
+
+[[mcp_servers]]
+name = "time"
+url = "{time}"
+permission = "allow"
 
 [[mcp_servers]]
 name = "slow"
@@ -97,17 +125,21 @@ url = "http://{closed}/mcp"
 permission = "allow"
 timeout_secs = 2
 "#,
-        url = everything.url()
+        url = everything.url(),
+        time = time.url(),
     )
 }
 
-async fn mcp_world(replicas: usize, everything: &Everything) -> World {
-    let toml = mcp_toml(everything);
-    world(replicas, |o| {
+/// The two servers, and `replicas` replicas using them.
+async fn mcp_world(replicas: usize) -> (World, McpServer, McpServer) {
+    let (everything, time) = tokio::join!(McpServer::everything(), McpServer::time());
+    let toml = mcp_toml(&everything, &time);
+    let w = world(replicas, |o| {
         o.extra_toml.push_str(&toml);
-        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["everything", "slow", "gone"]"#.into()));
+        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["everything", "time", "slow", "gone"]"#.into()));
     })
-    .await
+    .await;
+    (w, everything, time)
 }
 
 fn tool_names(request: &Value) -> Vec<String> {
@@ -121,25 +153,41 @@ async fn turn(w: &World, on: usize, ask: &str) -> Vec<Frame> {
 }
 
 #[tokio::test]
-async fn a_turn_lists_and_calls_an_mcp_servers_tools_in_two_dialects() {
-    let everything = Everything::start().await;
-    let w = mcp_world(1, &everything).await;
+async fn a_turn_lists_and_calls_tools_of_two_mcp_servers_in_two_dialects() {
+    let (w, everything, time) = mcp_world(1).await;
 
-    // Native API.
-    w.upstream.push(Reply::new().tool_call("call_echo", "mcp__everything__echo", [r#"{"message":"#, r#""hi mcp"}"#]));
-    w.upstream.push(Reply::new().text(["Echoed."]));
-    let frames = turn(&w, 0, "echo hi mcp").await;
+    // Native API: one model response calling a tool of each server (the
+    // first call's arguments split across chunks).
+    w.upstream.push(
+        Reply::new().tool_call("call_echo", "mcp__everything__echo", [r#"{"message":"#, r#""hi mcp"}"#]).tool_call(
+            "call_time",
+            "mcp__time__convert_time",
+            [r#"{"source_timezone":"UTC","time":"12:00","target_timezone":"Asia/Tokyo"}"#],
+        ),
+    );
+    w.upstream.push(Reply::new().text(["Echoed and converted."]));
+    let frames = turn(&w, 0, "echo hi mcp, and noon UTC in Tokyo").await;
     let offered = tool_names(&w.model_request(0));
-    for name in ["mcp__everything__echo", "mcp__everything__get-sum", "mcp__slow__trigger-long-running-operation"] {
+    for name in [
+        "mcp__everything__echo",
+        "mcp__everything__get-sum",
+        "mcp__time__get_current_time",
+        "mcp__time__convert_time",
+        "mcp__slow__trigger-long-running-operation",
+    ] {
         assert!(offered.iter().any(|n| n == name), "{name} is offered: {offered:?}");
     }
-    let call = of_kind(&frames, "tool_call")[0];
-    assert_eq!(call.data["name"], "mcp__everything__echo");
-    let result = of_kind(&frames, "tool_result")[0];
-    assert_eq!(result.data["status"], "success", "{:?}", result.data);
-    assert!(result.data["output"].as_str().unwrap().contains("hi mcp"), "{:?}", result.data);
+    let names: Vec<&Value> = of_kind(&frames, "tool_call").iter().map(|f| &f.data["name"]).collect();
+    assert_eq!(names, [&json!("mcp__everything__echo"), &json!("mcp__time__convert_time")]);
+    let results = of_kind(&frames, "tool_result");
+    let by_id = |id: &str| results.iter().find(|f| f.data["tool_call_id"] == id).unwrap().data.clone();
+    assert_eq!(by_id("call_echo")["status"], "success", "{:?}", by_id("call_echo"));
+    assert!(by_id("call_echo")["output"].as_str().unwrap().contains("hi mcp"), "{:?}", by_id("call_echo"));
+    assert_eq!(by_id("call_time")["status"], "success", "{:?}", by_id("call_time"));
+    assert!(by_id("call_time")["output"].as_str().unwrap().contains("21:00"), "{:?}", by_id("call_time"));
     let seen = tool_messages(&w.model_request(1));
     assert!(seen.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains("hi mcp"))), "{seen:?}");
+    assert!(seen.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains("Asia/Tokyo"))), "{seen:?}");
     assert_eq!(frames.last().unwrap().data["reason"], "final", "{:?}", kinds(&frames));
 
     // HolmesGPT's `/api/chat`: the same server tool in its shape.
@@ -162,13 +210,15 @@ async fn a_turn_lists_and_calls_an_mcp_servers_tools_in_two_dialects() {
         "{}",
         metrics.lines().filter(|l| l.contains("mcp")).collect::<Vec<_>>().join("\n")
     );
-    assert!(!metrics.contains(&everything.url()), "the server's URL is not exposed");
+    assert!(metrics.contains(r#"switchboard_mcp_tool_calls_total{server="time",outcome="ok"} 1"#));
+    for url in [everything.url(), time.url()] {
+        assert!(!metrics.contains(&url), "the server's URL is not exposed");
+    }
 }
 
 #[tokio::test]
 async fn an_asking_mcp_tool_is_decided_on_another_replica() {
-    let everything = Everything::start().await;
-    let w = mcp_world(2, &everything).await;
+    let (w, _everything, _time) = mcp_world(2).await;
     w.upstream.push(Reply::new().tool_call("call_sum", "mcp__everything__get-sum", [r#"{"a":2,"b":3}"#]));
     w.upstream.push(Reply::new().text(["Five."]));
     let id = w.session(0, "mock", json!({})).await;
@@ -190,8 +240,7 @@ async fn an_asking_mcp_tool_is_decided_on_another_replica() {
 
 #[tokio::test]
 async fn allow_lists_hide_tools_and_another_tenant_sees_no_mcp_tool() {
-    let everything = Everything::start().await;
-    let w = mcp_world(1, &everything).await;
+    let (w, everything, time) = mcp_world(1).await;
 
     w.upstream.push(Reply::new().tool_call("call_env", "mcp__everything__get-env", ["{}"]));
     w.upstream.push(Reply::new().text(["No."]));
@@ -208,7 +257,7 @@ async fn allow_lists_hide_tools_and_another_tenant_sees_no_mcp_tool() {
 
     // A tenant without the servers (they are globex's here) is offered none
     // of their tools, and a call of one is no tool of its.
-    let toml = mcp_toml(&everything);
+    let toml = mcp_toml(&everything, &time);
     let other = world(1, |o| {
         o.extra_toml.push_str(&toml);
         o.tenant_toml.push(("globex".into(), r#"mcp_servers = ["everything"]"#.into()));
@@ -226,8 +275,7 @@ async fn allow_lists_hide_tools_and_another_tenant_sees_no_mcp_tool() {
 
 #[tokio::test]
 async fn a_failing_server_gives_the_model_an_error_result_and_never_stops_the_turn() {
-    let everything = Everything::start().await;
-    let w = mcp_world(1, &everything).await;
+    let (w, everything, time) = mcp_world(1).await;
 
     // `isError` (the server refuses arguments its schema does not allow),
     // a timeout (a 5 s operation on the server with a 1 s limit), and a
