@@ -275,7 +275,7 @@ async fn allow_lists_hide_tools_and_another_tenant_sees_no_mcp_tool() {
 
 #[tokio::test]
 async fn a_failing_server_gives_the_model_an_error_result_and_never_stops_the_turn() {
-    let (w, everything, time) = mcp_world(1).await;
+    let (w, everything, _time) = mcp_world(1).await;
 
     // `isError` (the server refuses arguments its schema does not allow),
     // a timeout (a 5 s operation on the server with a 1 s limit), and a
