@@ -1,96 +1,19 @@
-//! MCP servers as tool sources, against a real MCP server nobody here wrote:
-//! `@modelcontextprotocol/server-everything` (npm, installed in clients/ by
-//! `scripts/ensure-clients.sh`), started in its Streamable HTTP mode on a
-//! port of its own. The model is the scripted upstream; the replicas share
+//! MCP servers as tool sources, against real MCP servers nobody here wrote
+//! (`tests/common/mcp_server.rs`): `@modelcontextprotocol/server-everything`
+//! (npm) and `mcp-server-time` (PyPI), each in its Streamable HTTP mode on
+//! a port of its own. The model is the scripted upstream; the replicas share
 //! Redis (`crate::orchestrator::world`).
 
-use std::{
-    net::{SocketAddr, TcpListener},
-    process::Stdio,
-    time::Duration,
-};
+use std::{net::TcpListener, time::Duration};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
 
 use crate::{
     orchestrator::{World, kinds, of_kind, tool_messages, world},
     sse::{Frame, SseReader},
-    support::mock_upstream::Reply,
+    support::{mcp_server::McpServer, mock_upstream::Reply},
 };
-
-const EVERYTHING: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/clients/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-/// The Python of `clients/.venv-mcp` (`scripts/ensure-mcp-python.sh`).
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/.venv-mcp/bin/python");
-/// mcp-server-time's own server, served over Streamable HTTP by its SDK.
-const TIME_SERVER: &str = "import sys\nfrom mcp_server_time.server import create_server\n\
-    create_server('UTC').run('streamable-http', port=int(sys.argv[1]))";
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// An MCP server process on a port of its own, killed on drop.
-struct McpServer {
-    addr: SocketAddr,
-    _child: Child,
-}
-
-impl McpServer {
-    /// `@modelcontextprotocol/server-everything` (npm).
-    async fn everything() -> Self {
-        Self::start(|port| {
-            let mut command = Command::new("node");
-            command.args([EVERYTHING, "streamableHttp"]).env("PORT", port.to_string());
-            command
-        })
-        .await
-    }
-
-    /// `mcp-server-time` (PyPI).
-    async fn time() -> Self {
-        Self::start(|port| {
-            let mut command = Command::new(PYTHON);
-            command.args(["-c", TIME_SERVER, &port.to_string()]);
-            command
-        })
-        .await
-    }
-
-    /// Starts the server on a free port. The port is picked here and given
-    /// to the server, so another process may take it in between: then the
-    /// server exits, or another answers there (not with an MCP server's
-    /// JSON-RPC refusal of a GET without a session), and it starts again
-    /// on another port.
-    async fn start(command: impl Fn(u16) -> Command) -> Self {
-        let http = reqwest::Client::new();
-        for _ in 0..5 {
-            let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-            let mut child = command(addr.port())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("the MCP server starts (scripts/ensure-clients.sh and ensure-mcp-python.sh install them)");
-            let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-            while tokio::time::Instant::now() < deadline && child.try_wait().unwrap().is_none() {
-                if let Ok(response) = http.get(format!("http://{addr}/mcp")).send().await {
-                    let body = response.text().await.unwrap_or_default();
-                    if body.contains("jsonrpc") && body.contains("ession") {
-                        return Self { addr, _child: child };
-                    }
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        panic!("the MCP server did not start");
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-}
 
 /// The `[[mcp_servers]]` of these tests: `everything` (echo allowed, the
 /// rest asking, two tools hidden), `time` (allowed), `slow` (everything

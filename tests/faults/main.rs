@@ -16,6 +16,7 @@ mod fast_takeover;
 mod harness;
 mod held_turn;
 mod kill9_trials;
+mod mcp_takeover;
 mod redis_outage;
 mod redis_tls;
 mod rolling_restart;

@@ -8,4 +8,5 @@ pub mod runner;
 
 #[path = "../../common/mod.rs"]
 mod common;
-pub use common::{config as test_config, mock_model as mock_upstream, tool_server};
+#[allow(unused_imports)] // the telemetry suite uses a part
+pub use common::{config as test_config, mcp_server, mock_model as mock_upstream, tool_server};

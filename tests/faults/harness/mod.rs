@@ -36,4 +36,4 @@ pub mod upstream;
 
 #[path = "../../common/mod.rs"]
 mod common;
-pub use common::{config as test_config, mock_model, tool_server as tools};
+pub use common::{config as test_config, mcp_server, mock_model, tool_server as tools};
