@@ -36,4 +36,5 @@ pub mod upstream;
 
 #[path = "../../common/mod.rs"]
 mod common;
+#[allow(unused_imports)] // the browser suite uses a part
 pub use common::{config as test_config, mcp_server, mock_model, tool_server as tools};
