@@ -469,3 +469,65 @@ fn titles_are_on_by_default_and_may_be_turned_off() {
     let wrong = format!("[agent]\ntitles = \"yes\"\n\n{base}");
     assert!(Config::from_toml(&wrong, &|_| None).unwrap_err().to_string().contains("titles"));
 }
+
+#[test]
+fn mcp_servers_are_checked_and_their_header_secrets_never_shown() {
+    let good = format!(
+        r#"{GOOD}
+[[mcp_servers]]
+name = "notion"
+url = "https://mcp.example.com/mcp"
+headers = {{ Authorization = {{ env = "NOTION_TOKEN" }}, X-Label = {{ value = "sb" }} }}
+allowed_tools = ["search"]
+tool_permissions = {{ search = "allow" }}
+"#
+    )
+    .replace("models = [\"fast\"]\n", "models = [\"fast\"]\nmcp_servers = [\"notion\"]\n");
+    let env = env_of(&[
+        ("ACME_SECRET", "0123456789abcdef0123"),
+        ("OPENAI_API_KEY", "sk-x"),
+        ("NOTION_TOKEN", "Bearer nt-secret"),
+    ]);
+    let config = Config::from_toml(&good, &env).unwrap();
+    let server = config.mcp_server("notion").unwrap();
+    assert_eq!(server.headers[0].1.expose(), "Bearer nt-secret");
+    assert_eq!(server.permission_of("search"), Permission::Allow);
+    assert_eq!(server.permission_of("create"), Permission::Ask);
+    assert!(server.offers("search") && !server.offers("create"));
+    assert!(!server.retry_on_takeover);
+    assert_eq!(config.tenants["acme"].mcp_servers, ["notion"]);
+    assert!(config.is_server_tool("mcp__notion__search") && !config.is_server_tool("mcp__other__search"));
+    assert!(!format!("{config:?}").contains("nt-secret"), "a header's value never shows");
+
+    let bad = format!(
+        r#"{GOOD}
+[[mcp_servers]]
+name = "my_server"
+url = "ftp://x"
+headers = {{ Authorization = {{}} }}
+permission = "maybe"
+timeout_secs = 0
+
+[[mcp_servers]]
+name = "my_server"
+url = "http://x/mcp"
+"#
+    )
+    .replace("models = [\"fast\"]\n", "models = [\"fast\"]\nmcp_servers = [\"missing\"]\n");
+    let errors = Config::from_toml(&bad, &env).unwrap_err();
+    let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "mcp_servers[0].name",
+            "mcp_servers[0].url",
+            "mcp_servers[0].headers.Authorization",
+            "mcp_servers[0].timeout_secs",
+            "mcp_servers[0].permission",
+            "mcp_servers[1].name",
+            "mcp_servers[1].name",
+            "tenants[acme].mcp_servers",
+        ],
+        "{errors}"
+    );
+}

@@ -245,6 +245,7 @@ impl ExecContext {
             { attr::GEN_AI_TOOL_CALL_ID } = &call.id,
             { attr::GEN_AI_TOOL_TYPE } = tool_type,
             { attr::GEN_AI_CONVERSATION_ID } = &self.session_id,
+            { attr::MCP_SERVER } = crate::config::mcp::server_of(&call.name),
         );
         let record = span.clone();
         let run = async move {

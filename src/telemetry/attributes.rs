@@ -38,6 +38,8 @@ pub const REPLICA: &str = "replica";
 pub const DIALECT: &str = "dialect";
 pub const TURN: &str = "turn";
 pub const RELAYS: &str = "relays";
+/// The `[[mcp_servers]]` name of an MCP tool call.
+pub const MCP_SERVER: &str = "mcp_server";
 
 /// The special fields tracing-opentelemetry reads: span name, kind, status.
 pub const OTEL_NAME: &str = "otel.name";
