@@ -137,7 +137,9 @@ impl Failure {
             Self::TimedOut => {
                 format!("the MCP server {} did not answer within {} s", server.name, server.timeout.as_secs())
             }
-            Self::Unreachable => format!("the MCP server {} could not be reached", server.name),
+            Self::Unreachable => {
+                format!("the MCP server {} could not be reached, or did not answer in MCP", server.name)
+            }
             Self::Refused(message) => format!("the MCP server {} refused the call: {message}", server.name),
         }
     }

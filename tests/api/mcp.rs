@@ -244,3 +244,79 @@ async fn a_failing_server_gives_the_model_an_error_result_and_never_stops_the_tu
         "the failed listing is counted"
     );
 }
+
+#[tokio::test]
+async fn a_server_that_goes_away_mid_call_gives_an_error_result_before_its_timeout() {
+    let mut dying = McpServer::everything().await;
+    let toml = format!(
+        r#"
+[[mcp_servers]]
+name = "dying"
+url = "{}"
+permission = "allow"
+timeout_secs = 60
+"#,
+        dying.url()
+    );
+    let w = world(1, |o| {
+        o.extra_toml.push_str(&toml);
+        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["dying"]"#.into()));
+    })
+    .await;
+    w.upstream.push(Reply::new().tool_call(
+        "call_long",
+        "mcp__dying__trigger-long-running-operation",
+        [r#"{"duration":30,"steps":30}"#],
+    ));
+    w.upstream.push(Reply::new().text(["It went away."]));
+    let id = w.session(0, "mock", json!({})).await;
+    let mut stream = w.send(0, &id, "run a long operation").await;
+    stream.until_kind("tool_call").await;
+    // The call is on its way (the operation reports progress each second).
+    dying.kill().await;
+    let rest = stream.rest().await;
+    let result = of_kind(&rest, "tool_result")[0];
+    assert_eq!(result.data["status"], "error", "{:?}", result.data);
+    let output = result.data["output"].as_str().unwrap();
+    // Neither the operation's 30 s nor the server's 60 s limit passed.
+    assert!(output.contains("could not be reached"), "{output}");
+    assert_eq!(rest.last().unwrap().data["reason"], "final", "{:?}", kinds(&rest));
+}
+
+#[tokio::test]
+async fn a_server_answering_malformed_json_rpc_is_an_error_result() {
+    // Not an MCP server: every request gets a 200 whose JSON body is cut.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let garbler = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buffer = [0u8; 8192];
+                let _ = socket.read(&mut buffer).await;
+                let body = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVers"#;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    let toml = format!(
+        "\n[[mcp_servers]]\nname = \"garbled\"\nurl = \"http://{addr}/mcp\"\npermission = \"allow\"\ntimeout_secs = 5\n"
+    );
+    let w = world(1, |o| {
+        o.extra_toml.push_str(&toml);
+        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["garbled"]"#.into()));
+    })
+    .await;
+    w.upstream.push(Reply::new().tool_call("call_g", "mcp__garbled__search", [r#"{"q":"x"}"#]));
+    w.upstream.push(Reply::new().text(["It spoke no MCP."]));
+    let frames = turn(&w, 0, "search x").await;
+    let result = of_kind(&frames, "tool_result")[0];
+    assert_eq!(result.data["status"], "error", "{:?}", result.data);
+    assert!(result.data["output"].as_str().unwrap().contains("did not answer in MCP"), "{:?}", result.data);
+    assert_eq!(frames.last().unwrap().data["reason"], "final");
+    garbler.abort();
+}

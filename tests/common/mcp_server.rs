@@ -24,7 +24,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// An MCP server process on a port of its own, killed on drop.
 pub struct McpServer {
     addr: SocketAddr,
-    _child: Child,
+    child: Child,
 }
 
 impl McpServer {
@@ -69,7 +69,7 @@ impl McpServer {
                 if let Ok(response) = http.get(format!("http://{addr}/mcp")).send().await {
                     let body = response.text().await.unwrap_or_default();
                     if body.contains("jsonrpc") && body.contains("ession") {
-                        return Self { addr, _child: child };
+                        return Self { addr, child };
                     }
                     break;
                 }
@@ -77,6 +77,11 @@ impl McpServer {
             }
         }
         panic!("the MCP server did not start");
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
     }
 
     pub fn url(&self) -> String {
