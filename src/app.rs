@@ -259,6 +259,9 @@ fn router(
         .layer(middleware::from_fn_with_state(authenticator, auth::require_auth))
         // After auth: limits are per tenant and subject of the verified token.
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
+        // The headers MCP servers are configured to receive per request
+        // (a caller's own token), for the turn this request may start.
+        .layer(middleware::from_fn_with_state(Arc::new(state.config.forwarded_headers()), forward_headers))
         // Only then is the body read: within its deadline (408) and size
         // (413), and refused if its JSON is too deep or its strings too long.
         .layer(middleware::from_fn_with_state(input, limits::input::body))
@@ -267,6 +270,22 @@ fn router(
         .layer(DefaultBodyLimit::max(input.max_body_bytes));
 
     api::routes(state.config.server.console).fallback(api::not_found).layer(stack).with_state(state)
+}
+
+/// Keeps the request headers some `[[mcp_servers]]` forwards (`names`) as
+/// the request's [`crate::principal::Forwarded`].
+async fn forward_headers(State(names): State<Arc<Vec<String>>>, request: Request, next: Next) -> Response {
+    if names.is_empty() {
+        return next.run(request).await;
+    }
+    let headers = names
+        .iter()
+        .filter_map(|name| {
+            let value = request.headers().get(name.as_str())?.to_str().ok()?;
+            Some((name.clone(), value.to_string()))
+        })
+        .collect();
+    crate::principal::Forwarded::new(headers).scope(next.run(request)).await
 }
 
 /// The span of one request: an OpenTelemetry SERVER span named

@@ -19,6 +19,9 @@ pub struct RawMcpServer {
     /// Header name → where its value comes from.
     #[serde(default)]
     pub headers: BTreeMap<String, RawHeaderValue>,
+    /// Request headers passed on per request (a caller's own token).
+    #[serde(default)]
+    pub forward_headers: Vec<String>,
     pub allowed_tools: Option<Vec<String>>,
     #[serde(default)]
     pub denied_tools: Vec<String>,
@@ -49,6 +52,10 @@ pub struct McpServerConfig {
     pub url: String,
     /// Sent with every request to the server; values never logged.
     pub headers: Vec<(String, Secret)>,
+    /// Headers (lower case) of the request that started a turn, passed on
+    /// with that turn's calls and tool lists (a client and a tool list per
+    /// set of values): never stored, never logged, gone after a takeover.
+    pub forward_headers: Vec<String>,
     /// The server's tools offered to the model: all when `None`.
     pub allowed_tools: Option<Vec<String>>,
     /// Never offered (and refused if called anyway).
@@ -144,6 +151,20 @@ pub(super) fn validate_server(
             }
         }
     }
+    let mut forward_headers = Vec::new();
+    for (i, header) in raw.forward_headers.into_iter().enumerate() {
+        let at = format!("{path}.forward_headers[{i}]");
+        let lower = header.to_ascii_lowercase();
+        if axum::http::HeaderName::try_from(lower.as_str()).is_err() {
+            errors.push(&at, "not a valid header name");
+        } else if headers.iter().any(|(name, _)| name.eq_ignore_ascii_case(&lower)) {
+            errors.push(&at, "also set in headers: a header is configured or forwarded, not both");
+        } else if matches!(lower.as_str(), "host" | "content-length" | "content-type" | "accept" | "mcp-session-id") {
+            errors.push(&at, "a header of the HTTP or MCP transport itself");
+        } else {
+            forward_headers.push(lower);
+        }
+    }
     let mut tool_permissions = BTreeMap::new();
     for (tool, value) in raw.tool_permissions {
         let at = format!("{path}.tool_permissions.{tool}");
@@ -161,6 +182,7 @@ pub(super) fn validate_server(
         name,
         url,
         headers,
+        forward_headers,
         allowed_tools: raw.allowed_tools,
         denied_tools: raw.denied_tools,
         permission: permission(errors, &format!("{path}.permission"), raw.permission.as_deref()),

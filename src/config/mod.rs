@@ -532,6 +532,14 @@ impl Config {
         self.mcp_servers.iter().find(|s| s.name == name)
     }
 
+    /// Every header some MCP server forwards (lower case).
+    pub fn forwarded_headers(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.mcp_servers.iter().flat_map(|s| s.forward_headers.clone()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Whether a model's tool name is a server-side tool: a `[[tools]]`
     /// entry, or a tool of a configured MCP server (`mcp__<server>__…`).
     pub fn is_server_tool(&self, name: &str) -> bool {

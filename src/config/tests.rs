@@ -480,6 +480,7 @@ url = "https://mcp.example.com/mcp"
 headers = {{ Authorization = {{ env = "NOTION_TOKEN" }}, X-Label = {{ value = "sb" }} }}
 allowed_tools = ["search"]
 tool_permissions = {{ search = "allow" }}
+forward_headers = ["X-User-Token"]
 "#
     )
     .replace("models = [\"fast\"]\n", "models = [\"fast\"]\nmcp_servers = [\"notion\"]\n");
@@ -495,6 +496,8 @@ tool_permissions = {{ search = "allow" }}
     assert_eq!(server.permission_of("create"), Permission::Ask);
     assert!(server.offers("search") && !server.offers("create"));
     assert!(!server.retry_on_takeover);
+    assert_eq!(server.forward_headers, ["x-user-token"]);
+    assert_eq!(config.forwarded_headers(), ["x-user-token"]);
     assert_eq!(config.tenants["acme"].mcp_servers, ["notion"]);
     assert!(config.is_server_tool("mcp__notion__search") && !config.is_server_tool("mcp__other__search"));
     assert!(!format!("{config:?}").contains("nt-secret"), "a header's value never shows");
@@ -505,6 +508,7 @@ tool_permissions = {{ search = "allow" }}
 name = "my_server"
 url = "ftp://x"
 headers = {{ Authorization = {{}} }}
+forward_headers = ["content-type"]
 permission = "maybe"
 timeout_secs = 0
 
@@ -522,6 +526,7 @@ url = "http://x/mcp"
             "mcp_servers[0].name",
             "mcp_servers[0].url",
             "mcp_servers[0].headers.Authorization",
+            "mcp_servers[0].forward_headers[0]",
             "mcp_servers[0].timeout_secs",
             "mcp_servers[0].permission",
             "mcp_servers[1].name",

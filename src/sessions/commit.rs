@@ -181,26 +181,36 @@ impl Sessions {
         // Boxed before the task takes it: the task's state lives as long
         // as the chat.
         let session = Box::new(session);
+        // The headers of the request starting the turn, for its tools; a
+        // takeover has none (whoever's request found the session orphaned
+        // is not the one whose credentials the turn was started with).
+        let forwarded = if takeover.is_some() {
+            crate::principal::Forwarded::default()
+        } else {
+            crate::principal::Forwarded::current()
+        };
         self.inner.tasks.spawn(
-            async move {
-                let _running = metrics.running_session();
-                // Decisions, cancels and takeovers elsewhere arrive as
-                // wake-ups on this instance's own channel (the hub listens).
-                let pipe = sessions.inner.writer.open(key.clone(), committed.epoch, committed.last_seq).await;
-                let (from, continuation) = match takeover {
-                    Some(t) => {
-                        if t.cancel {
-                            running.stop(Stop::Cancel);
+            forwarded
+                .scope(async move {
+                    let _running = metrics.running_session();
+                    // Decisions, cancels and takeovers elsewhere arrive as
+                    // wake-ups on this instance's own channel (the hub listens).
+                    let pipe = sessions.inner.writer.open(key.clone(), committed.epoch, committed.last_seq).await;
+                    let (from, continuation) = match takeover {
+                        Some(t) => {
+                            if t.cancel {
+                                running.stop(Stop::Cancel);
+                            }
+                            (Some(t.from), t.continuation)
                         }
-                        (Some(t.from), t.continuation)
-                    }
-                    None => (None, None),
-                };
-                let handle = RunHandle::new(sessions.clone(), key.clone(), session, pipe, running, from, continuation);
-                sessions.inner.runner.run(handle).await;
-                sessions.inner.hub.ran_here(&key);
-            }
-            .instrument(span),
+                        None => (None, None),
+                    };
+                    let handle =
+                        RunHandle::new(sessions.clone(), key.clone(), session, pipe, running, from, continuation);
+                    sessions.inner.runner.run(handle).await;
+                    sessions.inner.hub.ran_here(&key);
+                })
+                .instrument(span),
         );
     }
 }

@@ -48,6 +48,7 @@ use crate::{
         mcp::{McpServerConfig, server_of},
     },
     domain::{ToolCall, ToolOutcome},
+    principal::Forwarded,
     providers::ToolSpec,
     telemetry::metrics::Metrics,
 };
@@ -66,12 +67,31 @@ pub struct McpServers {
 
 struct Server {
     config: McpServerConfig,
+    /// A client and a tool list per credential scope: the values of the
+    /// server's `forward_headers` a request brought (`""` without any).
+    scopes: std::sync::Mutex<HashMap<String, Arc<Mutex<Scope>>>>,
+}
+
+/// What one credential scope of a server holds.
+#[derive(Default)]
+struct Scope {
     /// `None` until first used, and after the connection failed.
-    client: Mutex<Option<Arc<Client>>>,
-    listing: Mutex<Option<Listing>>,
-    /// Set by the server's `notifications/tools/list_changed`.
+    client: Option<Arc<Client>>,
+    listing: Option<Listing>,
+    /// Set by the server's `notifications/tools/list_changed` to this
+    /// scope's client.
     changed: Arc<AtomicBool>,
 }
+
+/// The headers a scope's client sends besides the configured ones.
+struct Credentials {
+    key: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// Scopes kept per server at most (each an open client): past it they are
+/// dropped and opened again when used.
+const MAX_SCOPES: usize = 1024;
 
 type Client = RunningService<RoleClient, Handler>;
 
@@ -165,12 +185,7 @@ impl McpServers {
             .mcp_servers
             .iter()
             .map(|server| {
-                let entry = Server {
-                    config: server.clone(),
-                    client: Mutex::new(None),
-                    listing: Mutex::new(None),
-                    changed: Arc::new(AtomicBool::new(false)),
-                };
+                let entry = Server { config: server.clone(), scopes: std::sync::Mutex::new(HashMap::new()) };
                 (server.name.clone(), Arc::new(entry))
             })
             .collect();
@@ -180,8 +195,13 @@ impl McpServers {
     /// The tools of the servers `names` (a tenant's) as offered to the
     /// model; a server whose list cannot be had is left out of this step.
     pub async fn specs(&self, names: &[String], metrics: &Metrics) -> Vec<ToolSpec> {
+        let forwarded = Forwarded::current();
         let servers = names.iter().filter_map(|name| self.servers.get(name));
-        let listings = futures::future::join_all(servers.map(|server| server.tools(metrics))).await;
+        let listings = futures::future::join_all(servers.map(|server| async {
+            let credentials = server.credentials(&forwarded);
+            server.tools(&credentials, metrics).await
+        }))
+        .await;
         listings
             .into_iter()
             .filter_map(Result::ok)
@@ -230,7 +250,7 @@ impl McpServers {
         meta.insert(IDEMPOTENCY_META.into(), Value::String(key.into()));
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let started = Instant::now();
-        let outcome = server.call(params).await;
+        let outcome = server.call(params, &server.credentials(&Forwarded::current())).await;
         metrics.mcp_call(&server.config.name, outcome.as_ref().map_or_else(Failure::label, |r| result_label(r)));
         metrics.mcp_latency(&server.config.name, started.elapsed());
         match outcome {
@@ -247,43 +267,76 @@ impl McpServers {
         else {
             return Ok(None);
         };
-        let tools = server.tools(metrics).await.map_err(|failure| (server.clone(), failure))?;
+        let credentials = server.credentials(&Forwarded::current());
+        let tools = server.tools(&credentials, metrics).await.map_err(|failure| (server.clone(), failure))?;
         Ok(tools.iter().find(|t| t.spec.name == name).map(|listed| (server.clone(), listed.clone())))
     }
 }
 
 impl Server {
+    /// The scope of a request that brought `forwarded`.
+    fn credentials(&self, forwarded: &Forwarded) -> Credentials {
+        let mut headers = Vec::new();
+        let mut digest = Sha256::new();
+        for name in &self.config.forward_headers {
+            if let Some(value) = forwarded.get(name)
+                && let (Ok(header), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value))
+            {
+                digest.update(name.as_bytes());
+                digest.update(b"=");
+                digest.update(value.as_bytes());
+                digest.update(b"\n");
+                headers.push((header, value));
+            }
+        }
+        let key = if headers.is_empty() { String::new() } else { hex::encode(&digest.finalize()[..16]) };
+        Credentials { key, headers }
+    }
+
+    fn scope(&self, credentials: &Credentials) -> Arc<Mutex<Scope>> {
+        let mut scopes = self.scopes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if scopes.len() >= MAX_SCOPES && !scopes.contains_key(&credentials.key) {
+            scopes.clear();
+        }
+        scopes.entry(credentials.key.clone()).or_default().clone()
+    }
+
     /// The offered tools, listed again when the list is old or changed.
-    async fn tools(&self, metrics: &Metrics) -> Result<Arc<Vec<Listed>>, Failure> {
-        let mut listing = self.listing.lock().await;
-        let changed = self.changed.swap(false, Ordering::SeqCst);
-        if let Some(current) = listing.as_ref()
+    async fn tools(&self, credentials: &Credentials, metrics: &Metrics) -> Result<Arc<Vec<Listed>>, Failure> {
+        let scope = self.scope(credentials);
+        let mut scope = scope.lock().await;
+        let changed = scope.changed.swap(false, Ordering::SeqCst);
+        if let Some(current) = scope.listing.as_ref()
             && !changed
             && current.at.elapsed() < LIST_TTL
         {
             return Ok(current.tools.clone());
         }
-        match self.list().await {
+        match self.list(&mut scope, credentials).await {
             Ok(tools) => {
                 metrics.mcp_list(&self.config.name, "ok");
                 let tools = Arc::new(tools);
-                *listing = Some(Listing { at: Instant::now(), tools: tools.clone() });
+                scope.listing = Some(Listing { at: Instant::now(), tools: tools.clone() });
                 Ok(tools)
             }
             Err(failure) => {
                 metrics.mcp_list(&self.config.name, failure.label());
                 tracing::warn!(server = %self.config.name, failure = failure.label(), "cannot list an MCP server's tools; they are left out");
                 // A list fetched before is better than none.
-                listing.as_ref().map(|l| l.tools.clone()).ok_or(failure)
+                scope.listing.as_ref().map(|l| l.tools.clone()).ok_or(failure)
             }
         }
     }
 
-    async fn list(&self) -> Result<Vec<Listed>, Failure> {
-        let client = self.client().await?;
+    async fn list(&self, scope: &mut Scope, credentials: &Credentials) -> Result<Vec<Listed>, Failure> {
+        let client = self.client(scope, credentials).await?;
         let tools = match tokio::time::timeout(self.config.timeout, client.list_all_tools()).await {
             Err(_) => return Err(Failure::TimedOut),
-            Ok(Err(e)) => return Err(self.failed(&e).await),
+            Ok(Err(e)) => {
+                let failure = Failure::of(&e);
+                self.note(&e, &failure, scope);
+                return Err(failure);
+            }
             Ok(Ok(tools)) => tools,
         };
         Ok(tools
@@ -301,19 +354,24 @@ impl Server {
             .collect())
     }
 
-    async fn call(&self, params: CallToolRequestParams) -> Result<CallToolResult, Failure> {
-        let client = self.client().await?;
+    async fn call(&self, params: CallToolRequestParams, credentials: &Credentials) -> Result<CallToolResult, Failure> {
+        let scope = self.scope(credentials);
+        // The scope is held while its client opens, not during the call.
+        let client = self.client(&mut *scope.lock().await, credentials).await?;
         match tokio::time::timeout(self.config.timeout, client.call_tool(params)).await {
             Err(_) => Err(Failure::TimedOut),
-            Ok(Err(e)) => Err(self.failed(&e).await),
+            Ok(Err(e)) => {
+                let failure = Failure::of(&e);
+                self.note(&e, &failure, &mut *scope.lock().await);
+                Err(failure)
+            }
             Ok(Ok(result)) => Ok(result),
         }
     }
 
-    /// The open client, or a new one.
-    async fn client(&self) -> Result<Arc<Client>, Failure> {
-        let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref() {
+    /// The scope's open client, or a new one.
+    async fn client(&self, scope: &mut Scope, credentials: &Credentials) -> Result<Arc<Client>, Failure> {
+        if let Some(client) = scope.client.as_ref() {
             return Ok(client.clone());
         }
         let mut headers = HashMap::new();
@@ -324,10 +382,11 @@ impl Server {
                 headers.insert(name, value);
             }
         }
+        headers.extend(credentials.headers.iter().cloned());
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(self.config.url.clone()).custom_headers(headers),
         );
-        let handler = Handler { changed: self.changed.clone() };
+        let handler = Handler { changed: scope.changed.clone() };
         let client = match tokio::time::timeout(self.config.timeout, handler.serve(transport)).await {
             Err(_) => return Err(Failure::TimedOut),
             Ok(Err(e)) => {
@@ -336,19 +395,17 @@ impl Server {
             }
             Ok(Ok(client)) => Arc::new(client),
         };
-        *slot = Some(client.clone());
+        scope.client = Some(client.clone());
         Ok(client)
     }
 
     /// A request failed: a client whose connection broke is opened again
     /// at the next use.
-    async fn failed(&self, error: &ServiceError) -> Failure {
-        let failure = Failure::of(error);
+    fn note(&self, error: &ServiceError, failure: &Failure, scope: &mut Scope) {
         if matches!(failure, Failure::Unreachable) {
             tracing::warn!(server = %self.config.name, error = %error, "an MCP server's connection failed");
-            self.client.lock().await.take();
+            scope.client = None;
         }
-        failure
     }
 }
 

@@ -4,7 +4,11 @@
 //! a port of its own. The model is the scripted upstream; the replicas share
 //! Redis (`crate::orchestrator::world`).
 
-use std::{net::TcpListener, time::Duration};
+use std::{
+    net::TcpListener,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -319,4 +323,106 @@ async fn a_server_answering_malformed_json_rpc_is_an_error_result() {
     assert!(result.data["output"].as_str().unwrap().contains("did not answer in MCP"), "{:?}", result.data);
     assert_eq!(frames.last().unwrap().data["reason"], "final");
     garbler.abort();
+}
+
+/// A reverse proxy in front of an MCP server that records the
+/// `x-user-token` header of every request it passes on (responses, SSE
+/// included, are streamed back as they come).
+async fn recording_proxy(upstream: String) -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+    use axum::{body::Body, extract::Request, response::Response};
+
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let record = seen.clone();
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let (http, record, upstream) = (http.clone(), record.clone(), upstream.clone());
+        async move {
+            let token = request.headers().get("x-user-token").and_then(|v| v.to_str().ok()).map(str::to_string);
+            record.lock().unwrap().push(token);
+            let (parts, body) = request.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            let mut outgoing = http.request(parts.method, &upstream).body(body);
+            for (name, value) in &parts.headers {
+                if name != "host" && name != "content-length" {
+                    outgoing = outgoing.header(name, value);
+                }
+            }
+            let answer = outgoing.send().await.unwrap();
+            let mut response = Response::builder().status(answer.status());
+            for (name, value) in answer.headers() {
+                if name != "content-length" && name != "transfer-encoding" {
+                    response = response.header(name, value);
+                }
+            }
+            response.body(Body::from_stream(answer.bytes_stream())).unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/mcp"), seen)
+}
+
+/// Every value under the test's key prefix, as text, whatever its type.
+async fn everything_stored(prefix: &str) -> String {
+    let client = redis::Client::open(crate::helpers::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut conn).await.unwrap();
+    let mut all = String::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await.unwrap();
+        let value: redis::Value = match kind.as_str() {
+            "hash" => redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.unwrap(),
+            "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").query_async(&mut conn).await.unwrap(),
+            "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap(),
+            "set" => redis::cmd("SMEMBERS").arg(&key).query_async(&mut conn).await.unwrap(),
+            "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap(),
+            _ => redis::cmd("GET").arg(&key).query_async(&mut conn).await.unwrap(),
+        };
+        all.push_str(&format!("{key} {value:?}\n"));
+    }
+    all
+}
+
+#[tokio::test]
+async fn forwarded_headers_reach_the_server_per_request_and_are_never_stored_or_streamed() {
+    let everything = McpServer::everything().await;
+    let (url, seen) = recording_proxy(everything.url()).await;
+    let toml = format!(
+        "\n[[mcp_servers]]\nname = \"personal\"\nurl = \"{url}\"\nforward_headers = [\"X-User-Token\"]\npermission = \"allow\"\n"
+    );
+    let w = world(1, |o| {
+        o.extra_toml.push_str(&toml);
+        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["personal"]"#.into()));
+    })
+    .await;
+    let app = &w.apps[0];
+    let mut streams = String::new();
+    // Alice's turn with her token, then Bob's with his, then one with none.
+    for (user, token) in [("alice", Some("alice-secret-1")), ("bob", Some("bob-secret-2")), ("carol", None)] {
+        let bearer = app.token("acme", user);
+        let created = app.post_json("/v1/sessions", Some(&bearer), &json!({"model": "mock"})).await;
+        let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+        w.upstream.push(Reply::new().tool_call("call_p", "mcp__personal__echo", [r#"{"message":"mine"}"#]));
+        w.upstream.push(Reply::new().text(["Done."]));
+        let before = seen.lock().unwrap().len();
+        let mut request = app.client.post(app.url(&format!("/v1/sessions/{id}/messages"))).bearer_auth(&bearer);
+        if let Some(token) = token {
+            request = request.header("X-User-Token", token);
+        }
+        let response = request.json(&json!({"content": "echo mine"})).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let frames = SseReader::new(response).rest().await;
+        let result = of_kind(&frames, "tool_result")[0];
+        assert_eq!(result.data["status"], "success", "{user}: {:?}", result.data);
+        streams.push_str(&format!("{frames:?}"));
+        let during: Vec<Option<String>> = seen.lock().unwrap()[before..].to_vec();
+        assert!(!during.is_empty(), "{user}'s turn reached the server");
+        assert!(during.iter().all(|t| t.as_deref() == token), "{user}'s requests carried {token:?} only: {during:?}");
+    }
+    let stored = everything_stored(&app.config.store.key_prefix).await;
+    for secret in ["alice-secret-1", "bob-secret-2"] {
+        assert!(!stored.contains(secret), "{secret} is not in the store");
+        assert!(!streams.contains(secret), "{secret} is in no event");
+    }
 }
