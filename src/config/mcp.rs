@@ -31,6 +31,22 @@ pub struct RawMcpServer {
     pub tool_permissions: BTreeMap<String, String>,
     pub timeout_secs: Option<u64>,
     pub retry_on_takeover: Option<bool>,
+    /// `2025-11-25` (default), `2026-07-28` or `auto`.
+    pub protocol: Option<String>,
+}
+
+/// Which MCP protocol era the client speaks to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpProtocol {
+    /// The `initialize` handshake and its MCP session (2025-11-25): what
+    /// nearly every server speaks today.
+    Sessions,
+    /// The stateless protocol (2026-07-28, `server/discover`).
+    Stateless,
+    /// `server/discover` first, falling back to the handshake: for a
+    /// server that may be either (an older one costs the probe at each
+    /// first use).
+    Auto,
 }
 
 /// A header's value: from an environment variable, from a file (a mounted
@@ -69,6 +85,7 @@ pub struct McpServerConfig {
     /// when false (the default: an MCP server gets no idempotency header)
     /// the model is told its outcome is unknown.
     pub retry_on_takeover: bool,
+    pub protocol: McpProtocol,
 }
 
 impl McpServerConfig {
@@ -178,8 +195,18 @@ pub(super) fn validate_server(
         Some(secs) => Duration::from_secs(secs),
         None => Duration::from_secs(30),
     };
+    let protocol = match raw.protocol.as_deref() {
+        None | Some("2025-11-25") => McpProtocol::Sessions,
+        Some("2026-07-28") => McpProtocol::Stateless,
+        Some("auto") => McpProtocol::Auto,
+        Some(other) => {
+            errors.push(format!("{path}.protocol"), format!("{other:?} is not one of 2025-11-25, 2026-07-28, auto"));
+            McpProtocol::Sessions
+        }
+    };
     Some(McpServerConfig {
         name,
+        protocol,
         url,
         headers,
         forward_headers,

@@ -510,6 +510,7 @@ url = "ftp://x"
 headers = {{ Authorization = {{}} }}
 forward_headers = ["content-type"]
 permission = "maybe"
+protocol = "2024-01-01"
 timeout_secs = 0
 
 [[mcp_servers]]
@@ -528,6 +529,7 @@ url = "http://x/mcp"
             "mcp_servers[0].headers.Authorization",
             "mcp_servers[0].forward_headers[0]",
             "mcp_servers[0].timeout_secs",
+            "mcp_servers[0].protocol",
             "mcp_servers[0].permission",
             "mcp_servers[1].name",
             "mcp_servers[1].name",

@@ -1,6 +1,10 @@
 //! MCP servers as tool sources (`[[mcp_servers]]`), through the official
 //! Rust SDK's Streamable HTTP client (`rmcp`).
 //!
+//! - **Both protocol eras** (`protocol`): the 2025-11-25 `initialize`
+//!   handshake with its MCP session (the default: what nearly every server
+//!   speaks), the stateless 2026-07-28 protocol (`server/discover`), or a
+//!   probe for the latter falling back to the former.
 //! - **One client per server and replica**, opened at first use and
 //!   opened again after the connection failed. It holds nothing a session
 //!   needs: a session taken over by another replica calls the server
@@ -32,8 +36,8 @@ use std::{
 
 use axum::http::{HeaderName, HeaderValue};
 use rmcp::{
-    ClientHandler, RoleClient, ServiceExt,
-    model::{CallToolRequestParams, CallToolResult, MetaObject, RequestMetaObject},
+    ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient,
+    model::{CallToolRequestParams, CallToolResult, MetaObject, ProtocolVersion, RequestMetaObject},
     service::{NotificationContext, RunningService, ServiceError},
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
@@ -45,7 +49,7 @@ use super::{MAX_RESPONSE_BYTES, ToolReply};
 use crate::{
     config::{
         Config, Permission,
-        mcp::{McpServerConfig, server_of},
+        mcp::{McpProtocol, McpServerConfig, server_of},
     },
     domain::{ToolCall, ToolOutcome},
     principal::Forwarded,
@@ -387,7 +391,18 @@ impl Server {
             StreamableHttpClientTransportConfig::with_uri(self.config.url.clone()).custom_headers(headers),
         );
         let handler = Handler { changed: scope.changed.clone() };
-        let client = match tokio::time::timeout(self.config.timeout, handler.serve(transport)).await {
+        let lifecycle = match self.config.protocol {
+            McpProtocol::Sessions => ClientLifecycleMode::Initialize,
+            McpProtocol::Stateless => {
+                ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] }
+            }
+            McpProtocol::Auto => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+        };
+        let opening = handler.serve_with_lifecycle(transport, lifecycle);
+        let client = match tokio::time::timeout(self.config.timeout, opening).await {
             Err(_) => return Err(Failure::TimedOut),
             Ok(Err(e)) => {
                 tracing::warn!(server = %self.config.name, error = %e, "cannot open an MCP session");

@@ -325,20 +325,32 @@ async fn a_server_answering_malformed_json_rpc_is_an_error_result() {
     garbler.abort();
 }
 
-/// A reverse proxy in front of an MCP server that records the
-/// `x-user-token` header of every request it passes on (responses, SSE
-/// included, are streamed back as they come).
-async fn recording_proxy(upstream: String) -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+/// What a recording proxy saw of one request: its `x-user-token` and
+/// `mcp-protocol-version` headers.
+#[derive(Debug, Clone)]
+struct Seen {
+    token: Option<String>,
+    version: Option<String>,
+}
+
+/// A reverse proxy in front of an MCP server that records some headers of
+/// every request it passes on (responses, SSE included, are streamed back
+/// as they come).
+async fn recording_proxy(upstream: String) -> (String, Arc<Mutex<Vec<Seen>>>) {
     use axum::{body::Body, extract::Request, response::Response};
 
-    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let record = seen.clone();
     let http = reqwest::Client::new();
     let app = axum::Router::new().fallback(move |request: Request| {
         let (http, record, upstream) = (http.clone(), record.clone(), upstream.clone());
         async move {
-            let token = request.headers().get("x-user-token").and_then(|v| v.to_str().ok()).map(str::to_string);
-            record.lock().unwrap().push(token);
+            let seen = {
+                let headers = request.headers();
+                let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+                Seen { token: header("x-user-token"), version: header("mcp-protocol-version") }
+            };
+            record.lock().unwrap().push(seen);
             let (parts, body) = request.into_parts();
             let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
             let mut outgoing = http.request(parts.method, &upstream).body(body);
@@ -416,7 +428,7 @@ async fn forwarded_headers_reach_the_server_per_request_and_are_never_stored_or_
         let result = of_kind(&frames, "tool_result")[0];
         assert_eq!(result.data["status"], "success", "{user}: {:?}", result.data);
         streams.push_str(&format!("{frames:?}"));
-        let during: Vec<Option<String>> = seen.lock().unwrap()[before..].to_vec();
+        let during: Vec<Option<String>> = seen.lock().unwrap()[before..].iter().map(|s| s.token.clone()).collect();
         assert!(!during.is_empty(), "{user}'s turn reached the server");
         assert!(during.iter().all(|t| t.as_deref() == token), "{user}'s requests carried {token:?} only: {during:?}");
     }
@@ -425,4 +437,43 @@ async fn forwarded_headers_reach_the_server_per_request_and_are_never_stored_or_
         assert!(!stored.contains(secret), "{secret} is not in the store");
         assert!(!streams.contains(secret), "{secret} is in no event");
     }
+}
+
+#[tokio::test]
+async fn the_client_speaks_the_stateless_protocol_where_configured_and_sessions_by_default() {
+    let (everything, time) = tokio::join!(McpServer::everything(), McpServer::time());
+    let (everything_url, everything_seen) = recording_proxy(everything.url()).await;
+    let (time_url, time_seen) = recording_proxy(time.url()).await;
+    let toml = format!(
+        "\n[[mcp_servers]]\nname = \"everything\"\nurl = \"{everything_url}\"\npermission = \"allow\"\n\
+         \n[[mcp_servers]]\nname = \"time\"\nurl = \"{time_url}\"\npermission = \"allow\"\nprotocol = \"2026-07-28\"\n"
+    );
+    let w = world(1, |o| {
+        o.extra_toml.push_str(&toml);
+        o.tenant_toml.push(("acme".into(), r#"mcp_servers = ["everything", "time"]"#.into()));
+    })
+    .await;
+    w.upstream.push(Reply::new().tool_call("call_echo", "mcp__everything__echo", [r#"{"message":"eras"}"#]).tool_call(
+        "call_now",
+        "mcp__time__get_current_time",
+        [r#"{"timezone":"UTC"}"#],
+    ));
+    w.upstream.push(Reply::new().text(["Both."]));
+    let frames = turn(&w, 0, "echo and tell the time").await;
+    let results = of_kind(&frames, "tool_result");
+    assert_eq!(results.len(), 2, "{:?}", kinds(&frames));
+    assert!(results.iter().all(|r| r.data["status"] == "success"), "{results:?}");
+    let versions = |seen: &Arc<Mutex<Vec<Seen>>>| -> Vec<Option<String>> {
+        seen.lock().unwrap().iter().map(|s| s.version.clone()).collect()
+    };
+    let time_versions = versions(&time_seen);
+    assert!(
+        time_versions.iter().any(|v| v.as_deref() == Some("2026-07-28")),
+        "the Python SDK's server, configured for it, is spoken to in 2026-07-28: {time_versions:?}"
+    );
+    let everything_versions = versions(&everything_seen);
+    assert!(
+        everything_versions.iter().any(|v| v.as_deref() == Some("2025-11-25")),
+        "server-everything is spoken to with sessions (2025-11-25) by default: {everything_versions:?}"
+    );
 }
