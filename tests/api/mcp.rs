@@ -80,7 +80,7 @@ async fn turn(w: &World, on: usize, ask: &str) -> Vec<Frame> {
 }
 
 #[tokio::test]
-async fn a_turn_lists_and_calls_tools_of_two_mcp_servers_in_two_dialects() {
+async fn a_turn_lists_and_calls_tools_of_two_mcp_servers_in_three_dialects() {
     let (w, everything, time) = mcp_world(1).await;
 
     // Native API: one model response calling a tool of each server (the
@@ -93,7 +93,8 @@ async fn a_turn_lists_and_calls_tools_of_two_mcp_servers_in_two_dialects() {
         ),
     );
     w.upstream.push(Reply::new().text(["Echoed and converted."]));
-    let frames = turn(&w, 0, "echo hi mcp, and noon UTC in Tokyo").await;
+    let id = w.session(0, "mock", json!({})).await;
+    let frames = w.send(0, &id, "echo hi mcp, and noon UTC in Tokyo").await.rest().await;
     let offered = tool_names(&w.model_request(0));
     for name in [
         "mcp__everything__echo",
@@ -117,18 +118,40 @@ async fn a_turn_lists_and_calls_tools_of_two_mcp_servers_in_two_dialects() {
     assert!(seen.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains("Asia/Tokyo"))), "{seen:?}");
     assert_eq!(frames.last().unwrap().data["reason"], "final", "{:?}", kinds(&frames));
 
-    // HolmesGPT's `/api/chat`: the same server tool in its shape.
-    w.upstream.push(Reply::new().tool_call("call_echo2", "mcp__everything__echo", [r#"{"message":"from holmes"}"#]));
+    // The same turn read as Cosmo's stream: the tool's name as the model
+    // called it (Cosmo's page formats `mcp__<server>__<tool>` itself).
+    let cosmo = w.apps[0].get(&format!("/v1/sessions/{id}/events?format=cosmo&after=0"), Some(&w.token)).await;
+    let cosmo = SseReader::new(cosmo).rest().await;
+    let of_type = |kind: &str| -> Vec<Value> {
+        cosmo.iter().filter(|f| f.data["type"] == kind).map(|f| f.data.clone()).collect()
+    };
+    let cosmo_calls: Vec<Value> = of_type("tool_call").iter().map(|d| d["toolName"].clone()).collect();
+    assert_eq!(cosmo_calls, [json!("mcp__everything__echo"), json!("mcp__time__convert_time")], "{cosmo:?}");
+    let previews: Vec<String> = of_type("tool_result").iter().map(|d| d["toolResult"].to_string()).collect();
+    assert!(previews.iter().any(|p| p.contains("hi mcp")), "{previews:?}");
+
+    // HolmesGPT's `/api/chat`: the same servers' tools in its shape.
+    w.upstream.push(
+        Reply::new().tool_call("call_echo2", "mcp__everything__echo", [r#"{"message":"from holmes"}"#]).tool_call(
+            "call_time2",
+            "mcp__time__get_current_time",
+            [r#"{"timezone":"Europe/Paris"}"#],
+        ),
+    );
     w.upstream.push(Reply::new().text(["Echoed again."]));
-    let body = json!({"ask": "echo from holmes", "model": "mock", "stream": true});
+    let body = json!({"ask": "echo from holmes and the time in Paris", "model": "mock", "stream": true});
     let response = w.apps[0].post_json("/api/chat", Some(&w.token), &body).await;
     assert_eq!(response.status(), StatusCode::OK);
     let frames = SseReader::new(response).rest().await;
     let results = of_kind(&frames, "tool_calling_result");
-    assert_eq!(results.len(), 1, "{:?}", kinds(&frames));
-    assert_eq!(results[0].data["name"], "mcp__everything__echo", "{:?}", results[0].data);
-    assert_eq!(results[0].data["result"]["status"], "success", "{:?}", results[0].data);
-    assert!(results[0].data["result"]["data"].to_string().contains("from holmes"), "{:?}", results[0].data);
+    assert_eq!(results.len(), 2, "{:?}", kinds(&frames));
+    let by_name = |name: &str| results.iter().find(|f| f.data["name"] == name).unwrap().data.clone();
+    let echoed = by_name("mcp__everything__echo");
+    assert_eq!(echoed["result"]["status"], "success", "{echoed:?}");
+    assert!(echoed["result"]["data"].to_string().contains("from holmes"), "{echoed:?}");
+    let timed = by_name("mcp__time__get_current_time");
+    assert_eq!(timed["result"]["status"], "success", "{timed:?}");
+    assert!(timed["result"]["data"].to_string().contains("Europe/Paris"), "{timed:?}");
     assert_eq!(frames.last().unwrap().event, "ai_answer_end");
 
     let metrics = w.apps[0].get("/metrics", None).await.text().await.unwrap();
@@ -137,7 +160,7 @@ async fn a_turn_lists_and_calls_tools_of_two_mcp_servers_in_two_dialects() {
         "{}",
         metrics.lines().filter(|l| l.contains("mcp")).collect::<Vec<_>>().join("\n")
     );
-    assert!(metrics.contains(r#"switchboard_mcp_tool_calls_total{server="time",outcome="ok"} 1"#));
+    assert!(metrics.contains(r#"switchboard_mcp_tool_calls_total{server="time",outcome="ok"} 2"#));
     for url in [everything.url(), time.url()] {
         assert!(!metrics.contains(&url), "the server's URL is not exposed");
     }

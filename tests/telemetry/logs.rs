@@ -85,3 +85,44 @@ async fn a_full_turn_logs_ids_but_no_token_key_or_message_text() {
     assert!(span_field(answered, "request_id").is_some_and(|r| r.len() == 36));
     assert_eq!(answered["status"], 200);
 }
+
+/// An MCP call with a configured header and a forwarded one (a user's own
+/// token): neither value is in a log line.
+#[tokio::test]
+async fn an_mcp_call_logs_neither_its_configured_nor_its_forwarded_header() {
+    let collector = collector();
+    let everything = crate::support::mcp_server::McpServer::everything().await;
+    let upstream = Arc::new(MockUpstream::start().await);
+    let extra = format!(
+        "\n[[mcp_servers]]\nname = \"personal\"\nurl = \"{}\"\nforward_headers = [\"X-User-Token\"]\n\
+         headers = {{ X-Static = {{ value = \"static-header-6613\" }} }}\npermission = \"allow\"\n",
+        everything.url()
+    );
+    let options = AppOptions {
+        extra_toml: extra,
+        tenant_toml: vec![("acme".into(), "mcp_servers = [\"personal\"]".into())],
+        ..AppOptions::default()
+    };
+    let app = spawn_replica(options, upstream.clone()).await;
+    upstream.push(Reply::new().tool_call("call_1", "mcp__personal__echo", [r#"{"message":"hello"}"#]));
+    upstream.push(Reply::new().text(["Done."]));
+    let token = app.token("acme", "alice");
+    let id = app.create_session(&token, "mock").await;
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/sessions/{id}/messages")))
+        .bearer_auth(&token)
+        .header("X-User-Token", "forwarded-token-4471")
+        .json(&json!({"content": "echo hello"}))
+        .send()
+        .await
+        .unwrap();
+    let frames = SseReader::new(response).rest().await;
+    let result = frames.iter().find(|f| f.event == "tool_result").expect("a tool result");
+    assert_eq!(result.data["status"], "success", "{:?}", result.data);
+    assert_eq!(frames.last().unwrap().data["reason"], "final");
+    let logs = collector.logs();
+    for secret in ["static-header-6613", "forwarded-token-4471"] {
+        assert!(!logs.contains(secret), "a log line contains {secret:?}");
+    }
+}
