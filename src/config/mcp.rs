@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, time::Duration};
 
 use serde::Deserialize;
 
-use super::{ConfigErrors, Permission, Secret};
+use super::{
+    ConfigErrors, Permission, Secret,
+    validate::{positive, secs},
+};
 
 /// Longest server name: the model's tool name (`mcp__<server>__<tool>`,
 /// at most 64 characters) keeps room for the tool.
@@ -108,16 +111,10 @@ pub fn server_of(tool_name: &str) -> Option<&str> {
     (!server.is_empty() && !tool.is_empty()).then_some(server)
 }
 
+/// A permission as written (`ask` when absent or mistaken; the mistake is
+/// reported).
 fn permission(errors: &mut ConfigErrors, path: &str, value: Option<&str>) -> Permission {
-    match value {
-        None | Some("ask") => Permission::Ask,
-        Some("allow") => Permission::Allow,
-        Some("deny") => Permission::Deny,
-        Some(other) => {
-            errors.push(path, format!("{other:?} is not one of allow, ask, deny"));
-            Permission::Ask
-        }
-    }
+    value.and_then(|text| Permission::parse(errors, path, text)).unwrap_or(Permission::Ask)
 }
 
 /// Reads a secret named by an environment variable or a file (the error
@@ -187,14 +184,7 @@ pub(super) fn validate_server(
         let at = format!("{path}.tool_permissions.{tool}");
         tool_permissions.insert(tool, permission(errors, &at, Some(&value)));
     }
-    let timeout = match raw.timeout_secs {
-        Some(0) => {
-            errors.push(format!("{path}.timeout_secs"), "must be positive");
-            Duration::from_secs(30)
-        }
-        Some(secs) => Duration::from_secs(secs),
-        None => Duration::from_secs(30),
-    };
+    let timeout = secs(positive(errors, &format!("{path}.timeout_secs"), raw.timeout_secs), 30);
     let protocol = match raw.protocol.as_deref() {
         None | Some("2025-11-25") => McpProtocol::Sessions,
         Some("2026-07-28") => McpProtocol::Stateless,

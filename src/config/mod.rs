@@ -392,6 +392,21 @@ pub enum Permission {
     Deny,
 }
 
+impl Permission {
+    /// `allow`, `ask` or `deny`; anything else is a mistake reported at `path`.
+    pub(crate) fn parse(errors: &mut ConfigErrors, path: &str, text: &str) -> Option<Self> {
+        match text {
+            "allow" => Some(Self::Allow),
+            "ask" => Some(Self::Ask),
+            "deny" => Some(Self::Deny),
+            other => {
+                errors.push(path, format!("{other:?} is not one of allow, ask, deny"));
+                None
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolTarget {
     Http {

@@ -320,15 +320,9 @@ pub(super) fn validate_default_tools(
             errors.push(&at, "only bash, read and patch have a permission here ([[tools]] have their own)");
             continue;
         }
-        match permission.as_str() {
-            "allow" => tools.permissions.insert(tool, Permission::Allow),
-            "ask" => tools.permissions.insert(tool, Permission::Ask),
-            "deny" => tools.permissions.insert(tool, Permission::Deny),
-            other => {
-                errors.push(&at, format!("{other:?} is not one of allow, ask, deny"));
-                None
-            }
-        };
+        if let Some(permission) = Permission::parse(errors, &at, &permission) {
+            tools.permissions.insert(tool, permission);
+        }
     }
     tools
 }

@@ -449,7 +449,11 @@ fn check_identifier(errors: &mut ConfigErrors, path: &str, value: &str) {
     }
 }
 
-fn positive<T: Copy + Default + PartialOrd>(errors: &mut ConfigErrors, path: &str, value: Option<T>) -> Option<T> {
+pub(in crate::config) fn positive<T: Copy + Default + PartialOrd>(
+    errors: &mut ConfigErrors,
+    path: &str,
+    value: Option<T>,
+) -> Option<T> {
     match value {
         Some(v) if v <= T::default() => {
             errors.push(path, "must be a positive integer");
@@ -459,7 +463,7 @@ fn positive<T: Copy + Default + PartialOrd>(errors: &mut ConfigErrors, path: &st
     }
 }
 
-fn secs(value: Option<u64>, default: u64) -> Duration {
+pub(in crate::config) fn secs(value: Option<u64>, default: u64) -> Duration {
     Duration::from_secs(value.unwrap_or(default))
 }
 

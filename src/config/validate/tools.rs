@@ -28,13 +28,8 @@ pub(super) fn validate_tool(errors: &mut ConfigErrors, path: &str, raw: RawTool)
         }
     };
     let permission = match raw.permission.as_deref() {
-        None | Some("ask") => Some(Permission::Ask),
-        Some("allow") => Some(Permission::Allow),
-        Some("deny") => Some(Permission::Deny),
-        Some(other) => {
-            errors.push(format!("{path}.permission"), format!("{other:?} is not one of allow, ask, deny"));
-            None
-        }
+        None => Some(Permission::Ask),
+        Some(text) => Permission::parse(errors, &format!("{path}.permission"), text),
     };
     let parameters = match raw.parameters {
         None => Some(serde_json::json!({"type": "object", "properties": {}})),
