@@ -16,7 +16,7 @@ pub mod native;
 mod testing;
 pub mod zot;
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
 
 pub use crate::domain::events::{AgentRef, EventKind, LogEvent, PendingCall, PendingRelay, TurnEndReason};
 use crate::{
@@ -77,7 +77,9 @@ pub enum Transport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     pub id: Option<String>,
-    pub event: Option<String>,
+    /// The SSE event name; dialects' names are static, so most frames
+    /// carry one without an allocation of their own.
+    pub event: Option<Cow<'static, str>>,
     pub data: String,
     /// An SSE `retry:` line: how long a reconnecting client should wait.
     pub retry: Option<std::time::Duration>,
@@ -89,7 +91,7 @@ impl Frame {
     }
 
     /// An SSE frame with an event name and, when given, an id.
-    pub fn event(event: impl Into<String>, data: impl Into<String>, id: Option<String>) -> Self {
+    pub fn event(event: impl Into<Cow<'static, str>>, data: impl Into<String>, id: Option<String>) -> Self {
         Self { id, event: Some(event.into()), data: data.into(), retry: None }
     }
 }

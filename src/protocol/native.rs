@@ -25,7 +25,7 @@ impl Encoder for NativeEncoder {
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
         let data = json!({"type": code, "code": code, "message": message});
-        vec![Frame::event(code, data.to_string(), None)]
+        vec![Frame::event(code.to_string(), data.to_string(), None)]
     }
 
     /// `event: held` without an id.

@@ -738,7 +738,7 @@ impl Task {
 /// as commit `n + 1`. The items' contents move into it (the items stay, to
 /// hold their room and the transition's answer until it is written).
 fn attempt(instance: &Arc<str>, queue: &mut Queue) -> Attempt {
-    let mut streamed = Vec::new();
+    let mut streamed = Vec::with_capacity(queue.items.len());
     let mut change = None;
     let mut items = 0;
     for item in &mut queue.items {
@@ -756,7 +756,11 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue) -> Attempt {
         }
     }
     // Serializing plain event structs cannot fail.
-    let encode = |events: &[Event]| events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect::<Vec<_>>();
+    let encode = |events: &[Event]| {
+        let mut encoded = Vec::with_capacity(events.len());
+        encoded.extend(events.iter().filter_map(|e| serde_json::to_string(e).ok()));
+        encoded
+    };
     // An owed announcement with nothing to append goes alone; a commit
     // announces its own (and the appends' before it).
     let append = (!streamed.is_empty() || (queue.announce && change.is_none())).then(|| Append {

@@ -83,9 +83,9 @@ pub struct DialectLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
     /// The store trait method (`state.load`, `log.append`, …).
-    pub op: String,
+    pub op: &'static str,
     /// `ok` or the error code (`unavailable`, `not_leaseholder`, `corrupt`).
-    pub outcome: String,
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -338,7 +338,7 @@ impl Metrics {
     }
 
     pub fn store_op(&self, op: &'static str, outcome: &'static str, elapsed: Duration) {
-        let labels = StoreLabels { op: op.to_string(), outcome: outcome.to_string() };
+        let labels = StoreLabels { op, outcome };
         self.store_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 

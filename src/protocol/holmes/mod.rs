@@ -112,13 +112,8 @@ impl HolmesEncoder {
         self.params.insert(tool_call_id.to_string(), arguments);
     }
 
-    fn frame(&self, name: &str, data: Value) -> Frame {
-        Frame {
-            id: Some(self.last_seq.to_string()),
-            event: Some(name.to_string()),
-            data: data.to_string(),
-            retry: None,
-        }
+    fn frame(&self, name: &'static str, data: Value) -> Frame {
+        Frame { id: Some(self.last_seq.to_string()), event: Some(name.into()), data: data.to_string(), retry: None }
     }
 
     fn params_of(&self, tool_call_id: &str) -> Value {

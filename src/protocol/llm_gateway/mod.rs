@@ -200,7 +200,12 @@ impl LlmGatewayEncoder {
             run_id: &run_id,
             kind: name,
         };
-        let data = serde_json::to_string(&delta).ok()?;
+        // Sized for the whole frame at once: serde_json's own start (128
+        // bytes) is outgrown by a delta's ids, a second allocation per token.
+        let mut data = Vec::with_capacity(content.len() + run_id.len() + 128);
+        serde_json::to_writer(&mut data, &delta).ok()?;
+        // serde_json writes UTF-8 only.
+        let data = String::from_utf8(data).ok()?;
         Some(Frame::event(name, data, Some(event.seq.to_string())))
     }
 

@@ -55,7 +55,7 @@ impl SummaryEncoder {
     }
 
     /// `{type, runId, …fields}`.
-    fn frame(&self, name: &str, fields: Value) -> Frame {
+    fn frame(&self, name: &'static str, fields: Value) -> Frame {
         let mut data = json!({"type": name, "runId": self.run_id});
         if let (Value::Object(data), Value::Object(fields)) = (&mut data, fields) {
             data.extend(fields);

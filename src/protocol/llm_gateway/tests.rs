@@ -227,7 +227,7 @@ fn a_delta_is_written_as_the_general_path_writes_it() {
         let shown: Vec<(String, String)> = frames
             .iter()
             .filter(|f| f.event.as_deref() != Some("connected"))
-            .map(|f| (f.event.clone().unwrap(), f.data.clone()))
+            .map(|f| (f.event.clone().unwrap().into_owned(), f.data.clone()))
             .collect();
         assert_eq!(shown, expected, "seq {}", event.seq);
     }
