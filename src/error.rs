@@ -290,6 +290,15 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
             "request_id": request_id,
         }}),
         ErrorStyle::LlmGateway => json!({"error": error.message}),
+        ErrorStyle::OpenAi => json!({"error": {
+            "message": error.message,
+            "type": openai_type(status),
+            "param": error.field.as_ref().map(|f| f.loc.iter().map(|part| match part {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }).collect::<Vec<_>>().join(".")),
+            "code": error.code.as_str(),
+        }}),
         ErrorStyle::Holmes => match &error.field {
             Some(field) => json!({"detail": [{"loc": field.loc, "msg": field.msg, "type": field.kind}]}),
             None => json!({"detail": error.message}),
@@ -305,6 +314,19 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
         }
     }
     out
+}
+
+/// OpenAI's error `type` for a status, as its API answers.
+fn openai_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        409 => "conflict_error",
+        429 => "rate_limit_error",
+        500.. => "server_error",
+        _ => "invalid_request_error",
+    }
 }
 
 /// Turns an error response made by axum or tower into an [`ApiError`]. Their

@@ -14,6 +14,7 @@ mod llm_gateway;
 mod native;
 mod openai_messages;
 mod ops;
+mod responses;
 mod stream;
 mod workspace;
 mod zot;
@@ -68,6 +69,10 @@ fn dialect_routes(dialect: Dialect) -> DialectRoutes {
             .route("/v1/ai-sdk/chat/{id}/stream", get(ai_sdk::reconnect)),
         Dialect::AgUi => routes.route("/v1/ag-ui", post(ag_ui::run)),
         Dialect::Zot => routes.route("/v1/zot", post(zot::rpc)),
+        Dialect::Responses => routes
+            .route("/v1/responses", post(responses::create))
+            .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+            .route("/v1/responses/{id}/cancel", post(responses::cancel)),
     }
 }
 

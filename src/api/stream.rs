@@ -244,7 +244,13 @@ impl Encoding {
                     frames.extend(self.encoder.encode(&event));
                     frames
                 }
-                Some(FollowItem::Event(event)) => self.encoder.encode(&event),
+                Some(FollowItem::Event(event)) => {
+                    let frames = self.encoder.encode(&event);
+                    // Its stream is a part of the log (a response): a
+                    // replay of it does not follow later turns.
+                    self.ended = self.encoder.finished();
+                    frames
+                }
                 Some(FollowItem::Context(event)) => {
                     self.encoder.context(&event);
                     continue;

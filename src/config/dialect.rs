@@ -17,6 +17,7 @@ pub enum Dialect {
     AiSdk,
     AgUi,
     Zot,
+    Responses,
 }
 
 /// The shape of an error body a dialect's clients read.
@@ -29,6 +30,10 @@ pub enum ErrorStyle {
     /// HolmesGPT (FastAPI): `{"detail": "<message>"}`, or the list of a
     /// validation error.
     Holmes,
+    /// OpenAI's: `{"error": {"message", "type", "param", "code"}}`, the
+    /// `type` by status (`invalid_request_error`, `authentication_error`,
+    /// `rate_limit_error`, `server_error`, …), as its SDKs read it.
+    OpenAi,
 }
 
 /// What the registry knows of one dialect.
@@ -46,7 +51,7 @@ pub struct DialectSpec {
 }
 
 /// Every dialect; the order is the one `ALL` and error messages list.
-const REGISTRY: [DialectSpec; 6] = [
+const REGISTRY: [DialectSpec; 7] = [
     DialectSpec {
         dialect: Dialect::Holmes,
         name: "holmes",
@@ -89,10 +94,18 @@ const REGISTRY: [DialectSpec; 6] = [
         errors: ErrorStyle::Standard,
         titles: true,
     },
+    DialectSpec {
+        dialect: Dialect::Responses,
+        name: "openai-responses",
+        prefixes: &["/v1/responses"],
+        errors: ErrorStyle::OpenAi,
+        titles: false,
+    },
 ];
 
 impl Dialect {
-    pub const ALL: [Self; 6] = [Self::Holmes, Self::LlmGateway, Self::Native, Self::AiSdk, Self::AgUi, Self::Zot];
+    pub const ALL: [Self; 7] =
+        [Self::Holmes, Self::LlmGateway, Self::Native, Self::AiSdk, Self::AgUi, Self::Zot, Self::Responses];
 
     pub fn spec(self) -> &'static DialectSpec {
         REGISTRY.iter().find(|spec| spec.dialect == self).expect("every dialect is in the registry")
@@ -150,6 +163,7 @@ mod tests {
             ("/v1/ai-sdk/chat", Some(Dialect::AiSdk)),
             ("/v1/ag-ui", Some(Dialect::AgUi)),
             ("/v1/zot", Some(Dialect::Zot)),
+            ("/v1/responses/resp_1_s1/cancel", Some(Dialect::Responses)),
             ("/healthz", None),
             ("/console", None),
         ];

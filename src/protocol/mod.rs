@@ -12,6 +12,7 @@ pub mod cosmo;
 pub mod holmes;
 pub mod llm_gateway;
 pub mod native;
+pub mod responses;
 #[cfg(test)]
 mod testing;
 pub mod zot;
@@ -131,6 +132,13 @@ pub trait Encoder: Send {
     /// conversation; the stream goes on from that commit. The frames come
     /// from [`Encoder::opening`].
     fn joined(&mut self, _session: &Session) {}
+
+    /// Whether the stream's last frame was made: for a dialect whose stream
+    /// is one part of the session's log (a Responses API response), so a
+    /// replay of it ends there rather than following later turns.
+    fn finished(&self) -> bool {
+        false
+    }
 
     /// The frames that report a broken stream: `code` is `recovery_failed`
     /// (the cursor is older than the retained log) or a store error code.

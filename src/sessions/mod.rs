@@ -62,7 +62,7 @@ use self::{
 };
 use crate::{
     config::Config,
-    domain::{AgentRef, Event, EventKind, Session, SessionOptions, SessionSpec, now_ms},
+    domain::{AgentRef, Event, EventKind, LogEvent, Session, SessionOptions, SessionSpec, now_ms},
     principal::Principal,
     store::{Commit, Fence, Notice, Record, SessionKey, Store},
     telemetry::{attributes as attr, metrics::Metrics, trace},
@@ -349,6 +349,29 @@ impl Sessions {
         let (record, session) = self.load_visible(principal, &key, false).await?;
         let context_from = if turn_context { record.turn_start_seq.min(after) } else { after };
         self.follow_loaded(key, &record, &session, context_from, after).await
+    }
+
+    /// The session's log after `after`, a page of at most `limit` events,
+    /// read once (no follow): for a client that reads where a stream stands
+    /// (a Responses API poll). The caller must see the session.
+    pub async fn read_log(
+        &self,
+        principal: &Principal,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEvent>, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        self.load_visible(principal, &key, false).await?;
+        let range = self.inner.store.log.read_after(&key, after, limit).await?;
+        if after + 1 < range.first_seq {
+            return Err(SessionError::CursorExpired { after, first_seq: range.first_seq });
+        }
+        Ok(range
+            .events
+            .iter()
+            .filter_map(|stored| LogEvent::from_stored(key.id.clone(), stored.seq, &stored.payload).ok())
+            .collect())
     }
 
     /// Follows a turn this replica just started, from its first event.
