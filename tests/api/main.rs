@@ -34,6 +34,7 @@ mod native_api;
 mod orchestrator;
 mod orchestrator_limits;
 mod providers;
+mod responses;
 mod restarts;
 mod sandbox;
 mod session_list;

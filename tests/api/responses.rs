@@ -1,0 +1,235 @@
+//! The official OpenAI SDK (`openai` on npm, pinned in clients/), unchanged,
+//! against three replicas sharing one Redis on `/v1/responses`, driven by
+//! `clients/openai-responses.mjs`: the SDK parses every event and every
+//! error with its own types and checks (its `responses.stream` helper
+//! refuses a stream whose items do not add up), so what it accepts is what
+//! an app on it accepts.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::{
+    clients::run_client,
+    helpers::TestApp,
+    orchestrator::{tool_messages, world},
+    support::mock_upstream::Reply,
+};
+
+/// Runs `openai-responses.mjs` with `script` against `apps` (the first is
+/// step's `on: 0`); panics unless every step not marked `expectError` passed.
+async fn sdk(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
+    script["urls"] = apps[1..].iter().map(|app| Value::String(app.url("/v1"))).collect();
+    let (ok, output) = run_client("openai-responses.mjs", &apps[0].url("/v1"), token, &script).await;
+    assert!(ok, "{output}");
+    output["steps"].as_array().unwrap().clone()
+}
+
+fn events(step: &Value) -> &Vec<Value> {
+    step["events"].as_array().unwrap()
+}
+
+fn numbers(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect()
+}
+
+fn deltas(events: &[Value]) -> String {
+    (events.iter())
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect()
+}
+
+const ANSWER: [&str; 8] = ["Order ", "42 ", "ships ", "today ", "from ", "the ", "north ", "depot."];
+
+#[tokio::test]
+async fn a_dropped_background_stream_is_resumed_after_its_last_number_and_replayed_by_the_helper_on_other_replicas() {
+    let w = world(3, |_| {}).await;
+    w.upstream.push(Reply::new().text(ANSWER).usage(12, 8).chunk_delay(Duration::from_millis(20)));
+    let steps = sdk(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"stream": {"model": "mock", "input": "where is order 42?", "background": true}, "dropAfter": 6},
+            {"on": 1, "retrieveStream": "$0.events.0.response.id", "startingAfter": "$0.events.5.sequence_number"},
+            {"on": 2, "helper": "$0.events.0.response.id"},
+            {"on": 2, "poll": "$0.events.0.response.id"},
+        ]}),
+    )
+    .await;
+    let (first, resumed, replayed) = (events(&steps[0]), events(&steps[1]), events(&steps[2]));
+    assert_eq!(numbers(first), (0..6).collect::<Vec<_>>());
+    assert_eq!(first[0]["type"], "response.created");
+    assert_eq!(first[0]["response"]["status"], "in_progress");
+    let id = first[0]["response"]["id"].as_str().unwrap();
+    // Picked up on replica B: the numbers go on from 6 without a gap, and
+    // the text is whole.
+    let all: Vec<Value> = first.iter().chain(resumed).cloned().collect();
+    assert_eq!(numbers(&all), (0..all.len() as u64).collect::<Vec<_>>());
+    assert_eq!(deltas(&all), ANSWER.concat());
+    let last = all.last().unwrap();
+    assert_eq!(last["type"], "response.completed");
+    assert_eq!(last["response"]["id"], id);
+    assert_eq!(last["response"]["usage"]["output_tokens"], 8);
+    // The helper on replica C replays it from the start, the same events.
+    assert_eq!(replayed, &all, "a replay is the same events");
+    assert_eq!(steps[2]["outputText"], ANSWER.concat());
+    assert_eq!(steps[3]["response"]["status"], "completed");
+    assert_eq!(steps[3]["response"]["output_text"], ANSWER.concat());
+}
+
+#[tokio::test]
+async fn a_conversation_goes_on_with_previous_response_id_on_another_replica_through_a_function_tool() {
+    let w = world(3, |_| {}).await;
+    w.upstream.push(Reply::new().text(["Drawing."]).tool_call(
+        "call_c",
+        "render_chart",
+        [r#"{"metric":"#, r#""refunds"}"#],
+    ));
+    w.upstream.push(Reply::new().text(["Here is the chart."]));
+    w.upstream.push(Reply::new().text(["You asked for a chart."]));
+    let chart = json!({"type": "function", "name": "render_chart", "description": "Draw a chart",
+        "parameters": {"type": "object", "properties": {"metric": {"type": "string"}}}});
+    let steps = sdk(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"create": {"model": "mock", "input": "chart the refunds", "tools": [chart],
+                "instructions": "You draw charts."}},
+            {"on": 1, "stream": {"model": "mock", "previous_response_id": "$0.response.id", "tools": [chart],
+                "input": [{"type": "function_call_output", "call_id": "$0.response.output.1.call_id",
+                    "output": "{\"drawn\":true}"}]}},
+            {"on": 2, "create": {"model": "mock", "previous_response_id": "$1.events.0.response.id",
+                "input": [{"role": "user", "content": [{"type": "input_text", "text": "what did I ask?"}]}]}},
+        ]}),
+    )
+    .await;
+    let paused = &steps[0]["response"];
+    assert_eq!(paused["status"], "completed");
+    let output = paused["output"].as_array().unwrap();
+    assert_eq!(output[0]["type"], "message");
+    assert_eq!(output[1]["type"], "function_call");
+    assert_eq!(
+        (output[1]["name"].as_str(), output[1]["arguments"].as_str()),
+        (Some("render_chart"), Some(r#"{"metric":"refunds"}"#))
+    );
+    let continued = events(&steps[1]);
+    assert_eq!(continued[0]["sequence_number"], 0, "a new response, numbered from 0");
+    assert_ne!(continued[0]["response"]["id"], paused["id"]);
+    assert_eq!(deltas(continued), "Here is the chart.");
+    assert_eq!(steps[2]["response"]["output_text"], "You asked for a chart.");
+    // The model got the instructions, the client's output as the call's
+    // result, and the whole conversation on the third response.
+    let requests = w.upstream.requests();
+    assert_eq!(requests[0].body["messages"][0]["content"], "You draw charts.");
+    assert!(tool_messages(&requests[1].body).iter().any(|m| m["content"] == r#"{"drawn":true}"#));
+    let last = requests[2].body["messages"].as_array().unwrap();
+    assert!(last.iter().any(|m| m["content"] == "chart the refunds"), "{last:?}");
+    assert_eq!(last.last().unwrap()["content"], "what did I ask?");
+}
+
+#[tokio::test]
+async fn an_approval_request_ends_the_response_and_the_approval_runs_the_tool_on_another_replica() {
+    let w = world(3, |_| {}).await;
+    w.upstream.push(Reply::new().tool_call("call_r", "refund", [r#"{"order":"42"}"#]));
+    w.upstream.push(Reply::new().text(["Refunded."]));
+    let asked =
+        sdk(&w.apps, &w.token, json!({"steps": [{"create": {"model": "mock", "input": "refund order 42"}}]})).await;
+    let paused = &asked[0]["response"];
+    let asked = &paused["output"][0];
+    assert_eq!(asked["type"], "mcp_approval_request");
+    assert_eq!((asked["name"].as_str(), asked["server_label"].as_str()), (Some("refund"), Some("switchboard")));
+    assert_eq!(w.tools.calls("refund"), 0, "nothing ran before the approval");
+    let steps = sdk(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"on": 2, "stream": {"model": "mock", "previous_response_id": paused["id"],
+                "input": [{"type": "mcp_approval_response", "approval_request_id": asked["id"], "approve": true}]}},
+        ]}),
+    )
+    .await;
+    let approved = events(&steps[0]);
+    let completed = &approved.last().unwrap()["response"];
+    let call = &completed["output"][0];
+    assert_eq!((call["type"].as_str(), call["status"].as_str()), (Some("mcp_call"), Some("completed")));
+    assert_eq!(completed["output_text"], "Refunded.");
+    assert_eq!(w.tools.calls("refund"), 1);
+}
+
+#[tokio::test]
+async fn a_background_response_is_cancelled_from_another_replica_and_a_second_cancel_answers_the_same() {
+    let w = world(3, |_| {}).await;
+    // The model sends two chunks and holds the stream: the turn runs on.
+    w.upstream.push(Reply::new().text(["one ", "two ", "three"]).stall_after(2));
+    let steps = sdk(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"stream": {"model": "mock", "input": "count", "background": true}, "dropAfter": 4},
+            {"on": 1, "cancel": "$0.events.0.response.id"},
+            {"on": 2, "cancel": "$0.events.0.response.id"},
+            {"on": 0, "retrieve": "$0.events.0.response.id"},
+        ]}),
+    )
+    .await;
+    for step in &steps[1..] {
+        assert_eq!(step["response"]["status"], "cancelled", "{step}");
+    }
+    assert_eq!(steps[1]["response"], steps[2]["response"], "cancel is idempotent");
+}
+
+#[tokio::test]
+async fn errors_are_the_sdks_own_classes() {
+    let w = world(1, |o| {
+        o.tenant_toml.push(("globex".into(), "rate_limit = { requests_per_second = 1, burst = 1 }".into()));
+    })
+    .await;
+    let other_tenant = w.apps[0].token("globex", "bob");
+    w.upstream.push(Reply::new().text(["Hi."]));
+    let steps = sdk(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"create": {"model": "mock", "input": "hi"}},
+            {"apiKey": "not-a-key", "create": {"model": "mock", "input": "hi"}, "expectError": true},
+            {"retrieve": "resp_1_no-such-session", "expectError": true},
+            {"apiKey": other_tenant, "retrieve": "$0.response.id", "expectError": true},
+            {"create": {"model": "no-such-model", "input": "hi"}, "expectError": true},
+            {"create": {"model": "mock", "input": "hi", "frobnicate": true}, "expectError": true},
+            {"create": {"model": "mock", "input": [{"type": "web_search_call"}]}, "expectError": true},
+            {"apiKey": other_tenant, "retrieve": "resp_1_x", "expectError": true},
+            {"apiKey": other_tenant, "retrieve": "resp_1_x", "expectError": true},
+        ]}),
+    )
+    .await;
+    let class = |i: usize| {
+        (steps[i]["error"]["class"].as_str().unwrap_or_default().to_string(), steps[i]["error"]["status"].as_u64())
+    };
+    assert_eq!(class(1), ("AuthenticationError".into(), Some(401)));
+    assert_eq!(class(2), ("NotFoundError".into(), Some(404)));
+    assert_eq!(class(3), ("NotFoundError".into(), Some(404)), "another tenant's response is not there");
+    assert_eq!(class(4).1, Some(400));
+    assert_eq!(class(4).0, "BadRequestError");
+    assert_eq!(class(5), ("BadRequestError".into(), Some(400)));
+    assert!(steps[5]["error"]["message"].as_str().unwrap().contains("frobnicate"));
+    assert_eq!(class(6), ("BadRequestError".into(), Some(400)));
+    assert_eq!(class(8), ("RateLimitError".into(), Some(429)), "globex's second request in a second");
+    assert_eq!(steps[8]["error"]["type"], "rate_limit_error");
+
+    // With the SDK's retries on, it waits the `retry-after` it was given
+    // and gets through.
+    let output = run_client(
+        "openai-responses.mjs",
+        &w.apps[0].url("/v1"),
+        &other_tenant,
+        &json!({"maxRetries": 2, "steps": [{"retrieve": "resp_1_x", "expectError": true},
+            {"retrieve": "resp_1_x", "expectError": true}]}),
+    )
+    .await
+    .1;
+    let statuses: Vec<u64> =
+        output["exchanges"].as_array().unwrap().iter().map(|e| e["status"].as_u64().unwrap()).collect();
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert_eq!(output["steps"][1]["error"]["class"], "NotFoundError", "retried past the 429: {output}");
+}
