@@ -12,7 +12,9 @@
 //   {"create": {params}}                     responses.create, not streamed
 //   {"stream": {params}, "dropAfter"?: n}    responses.create({...params, stream: true});
 //                                            with dropAfter, the connection is
-//                                            dropped after n events
+//                                            dropped after n events; a stream
+//                                            that breaks keeps its events and
+//                                            says why in "broken"
 //   {"retrieveStream": "<id>", "startingAfter"?: n}
 //                                            responses.retrieve(id, {stream: true, starting_after})
 //   {"helper": "<id>", "startingAfter"?: n}  responses.stream({response_id, starting_after}):
@@ -69,16 +71,22 @@ const resolve = (value) => {
   return value;
 };
 
+// A stream's events; one that breaks (its replica died) keeps what came,
+// with the error as `broken`.
 const collect = async (stream, dropAfter) => {
   const events = [];
-  for await (const event of stream) {
-    events.push(event);
-    if (dropAfter !== undefined && events.length >= dropAfter) {
-      stream.controller.abort();
-      break;
+  try {
+    for await (const event of stream) {
+      events.push(event);
+      if (dropAfter !== undefined && events.length >= dropAfter) {
+        stream.controller.abort();
+        break;
+      }
     }
+  } catch (error) {
+    return { events, broken: `${error?.constructor?.name}: ${error?.message}` };
   }
-  return events;
+  return { events };
 };
 
 const run = async (step) => {
@@ -86,12 +94,12 @@ const run = async (step) => {
   if (step.create) return { response: await openai.responses.create(step.create) };
   if (step.stream) {
     const stream = await openai.responses.create({ ...step.stream, stream: true });
-    return { events: await collect(stream, step.dropAfter) };
+    return await collect(stream, step.dropAfter);
   }
   if (step.retrieveStream) {
     const query = { stream: true };
     if (step.startingAfter !== undefined) query.starting_after = step.startingAfter;
-    return { events: await collect(await openai.responses.retrieve(step.retrieveStream, query)) };
+    return await collect(await openai.responses.retrieve(step.retrieveStream, query));
   }
   if (step.helper) {
     const params = { response_id: step.helper };

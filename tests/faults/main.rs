@@ -17,7 +17,12 @@ mod harness;
 mod held_turn;
 mod kill9_trials;
 mod mcp_takeover;
+// The browser suite's nginx, with the deployed configuration.
+#[allow(dead_code)]
+#[path = "../browser/nginx.rs"]
+mod nginx;
 mod redis_outage;
 mod redis_tls;
+mod responses_takeover;
 mod rolling_restart;
 mod store_error;

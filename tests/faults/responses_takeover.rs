@@ -1,0 +1,151 @@
+//! The OpenAI SDK (`openai` on npm, unchanged) through nginx (the deployed
+//! `deploy/nginx.conf`) in front of three real replicas: a background
+//! streamed response whose replica is SIGKILLed mid-answer is picked up
+//! with `responses.retrieve(id, {stream: true, starting_after: N})` through
+//! the same nginx, and replayed whole by `responses.stream({response_id})`:
+//! contiguous sequence numbers, nothing lost or repeated, the answer whole.
+
+use std::{path::PathBuf, process::Stdio, time::Duration};
+
+use serde_json::{Value, json};
+
+use crate::{
+    harness::{
+        cluster::{Cluster, ClusterOptions},
+        upstream::expected_answer,
+    },
+    nginx::Nginx,
+};
+
+const WORDS: u32 = 60;
+/// Longer than the turn takes: the death hint takes the session over.
+const LEASE_TTL_SECS: u64 = 30;
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs `clients/openai-responses.mjs` against `base` with `script`.
+async fn sdk(base: &str, token: &str, script: &Value) -> Value {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
+    let child = tokio::process::Command::new("node")
+        .arg(dir.join("openai-responses.mjs"))
+        .arg(base)
+        .arg(script.to_string())
+        .env("SWITCHBOARD_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs");
+    let output = tokio::time::timeout(DEADLINE, child.wait_with_output()).await.expect("the client ends").unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("the client printed no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+    });
+    assert!(output.status.success(), "{value}\n{}", String::from_utf8_lossy(&output.stderr));
+    value
+}
+
+fn numbers(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect()
+}
+
+fn deltas(events: &[Value]) -> String {
+    (events.iter())
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect()
+}
+
+/// The texts of a response's `message` items.
+fn messages(response: &Value) -> Vec<String> {
+    (response["output"].as_array().unwrap().iter())
+        .filter(|item| item["type"] == "message")
+        .map(|item| item["content"][0]["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_replica_is_killed() {
+    let mut cluster = Cluster::start(ClusterOptions {
+        lease_ttl_secs: LEASE_TTL_SECS,
+        chunk_delay: Duration::from_millis(40),
+        agent_toml: "titles = false\n".into(),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let upstreams: Vec<String> =
+        cluster.urls().iter().map(|u| u.trim_start_matches("http://").trim_end_matches('/').to_string()).collect();
+    let nginx = Nginx::start(&upstreams).await;
+    let base = format!("{}/v1", nginx.url());
+
+    let input = format!("words:{WORDS} {}", uuid::Uuid::new_v4().simple());
+    let script = json!({"steps": [{"stream": {"model": "mock", "input": input, "background": true}}]});
+    let streaming = tokio::spawn({
+        let (base, token) = (base.clone(), cluster.token.clone());
+        async move { sdk(&base, &token, &script).await }
+    });
+    // The conversation's session, once it has a dozen events.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let session = loop {
+        assert!(tokio::time::Instant::now() < deadline, "the response started\n{}", cluster.dump_logs());
+        if let Some(id) = only_session(&cluster).await
+            && cluster.last_seq(&id).await >= 12
+        {
+            break id;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let owner = cluster.owner_of(&session).await.expect("the session has an owner");
+    cluster.replicas[owner].kill9().await;
+
+    let first = streaming.await.unwrap();
+    let first = &first["steps"][0];
+    assert!(first["broken"].is_string(), "the stream broke with its replica: {first}");
+    let first = first["events"].as_array().unwrap().clone();
+    assert!(first.len() >= 5, "{first:?}");
+    let id = first[0]["response"]["id"].as_str().unwrap().to_string();
+    let last = first.last().unwrap()["sequence_number"].as_u64().unwrap();
+
+    let steps = sdk(
+        &base,
+        &cluster.token,
+        &json!({"steps": [
+            {"retrieveStream": id, "startingAfter": last},
+            {"helper": id},
+        ]}),
+    )
+    .await;
+    let steps = steps["steps"].as_array().unwrap();
+    let resumed = steps[0]["events"].as_array().unwrap();
+    let all: Vec<Value> = first.iter().chain(resumed).cloned().collect();
+    assert_eq!(numbers(&all), (0..all.len() as u64).collect::<Vec<_>>(), "contiguous from 0\n{}", cluster.dump_logs());
+    let completed = &all.last().unwrap()["response"];
+    assert_eq!(all.last().unwrap()["type"], "response.completed", "{}", cluster.dump_logs());
+    // The step the takeover cut stays as it was sent; the regenerated one
+    // is the whole answer.
+    let texts = messages(completed);
+    println!(
+        "{} events before the kill, {} after it on another replica; message items: {:?}",
+        first.len(),
+        resumed.len(),
+        texts.iter().map(String::len).collect::<Vec<_>>()
+    );
+    assert_eq!(texts.last().unwrap(), &expected_answer(WORDS), "{texts:?}");
+    assert_eq!(deltas(&all), texts.concat(), "every delta once, in order");
+    // The helper replays the same events from the start.
+    assert_eq!(steps[1]["events"].as_array().unwrap(), &all);
+    assert_eq!(steps[1]["response"]["id"], id);
+    drop(nginx);
+}
+
+/// The id of the only session the cluster's token sees, if there is one
+/// (asked of replica 0, before any kill).
+async fn only_session(cluster: &Cluster) -> Option<String> {
+    let response = reqwest::Client::new()
+        .get(cluster.replicas[0].url("/v1/sessions"))
+        .bearer_auth(&cluster.token)
+        .send()
+        .await
+        .ok()?;
+    let page: Value = response.json().await.ok()?;
+    page["sessions"].as_array()?.first()?["id"].as_str().map(str::to_string)
+}
