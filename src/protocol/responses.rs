@@ -180,7 +180,10 @@ impl ResponsesEncoder {
         let usage = self.status.is_final().then(|| {
             json!({
                 "input_tokens": self.usage.input_tokens,
-                "input_tokens_details": {"cached_tokens": self.usage.cache_read_tokens},
+                "input_tokens_details": {
+                    "cached_tokens": self.usage.cache_read_tokens,
+                    "cache_write_tokens": self.usage.cache_write_tokens,
+                },
                 "output_tokens": self.usage.output_tokens,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.usage.input_tokens + self.usage.output_tokens,

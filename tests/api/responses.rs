@@ -3,9 +3,15 @@
 //! `clients/openai-responses.mjs`: the SDK parses every event and every
 //! error with its own types and checks (its `responses.stream` helper
 //! refuses a stream whose items do not add up), so what it accepts is what
-//! an app on it accepts.
+//! an app on it accepts. The same scenarios run with the Python SDK
+//! (`openai` on PyPI, in clients/.venv-py, driven by
+//! `clients/openai_responses.py`), which validates every event with its own
+//! pydantic types; and a golden transcript of a response is checked against
+//! those types strictly. After a change to the stream,
+//! `UPDATE_GOLDEN=1 cargo test --test api responses` and review the diff
+//! against docs/protocols.md §9.
 
-use std::time::Duration;
+use std::{path::PathBuf, process::Stdio, time::Duration};
 
 use serde_json::{Value, json};
 
@@ -13,7 +19,10 @@ use crate::{
     clients::run_client,
     helpers::TestApp,
     orchestrator::{tool_messages, world},
-    support::mock_upstream::Reply,
+    support::{
+        mock_upstream::Reply,
+        raw_sse::{assert_golden, normalise},
+    },
 };
 
 /// Runs `openai-responses.mjs` with `script` against `apps` (the first is
@@ -23,6 +32,34 @@ async fn sdk(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
     let (ok, output) = run_client("openai-responses.mjs", &apps[0].url("/v1"), token, &script).await;
     assert!(ok, "{output}");
     output["steps"].as_array().unwrap().clone()
+}
+
+/// Runs `clients/openai_responses.py` (the Python SDK) like [`sdk`].
+async fn python(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
+    script["urls"] = apps[1..].iter().map(|app| Value::String(app.url("/v1"))).collect();
+    let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
+    let interpreter = clients.join(".venv-py/bin/python");
+    assert!(interpreter.exists(), "the Python clients are not installed: run scripts/ensure-python-clients.sh");
+    let child = tokio::process::Command::new(interpreter)
+        .arg(clients.join("openai_responses.py"))
+        .arg(apps[0].url("/v1"))
+        .arg(script.to_string())
+        .env("SWITCHBOARD_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python runs");
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the client ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("the client printed no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+    });
+    assert!(output.status.success(), "{value}\n{}", String::from_utf8_lossy(&output.stderr));
+    value["steps"].as_array().unwrap().clone()
 }
 
 fn events(step: &Value) -> &Vec<Value> {
@@ -232,4 +269,94 @@ async fn errors_are_the_sdks_own_classes() {
         output["exchanges"].as_array().unwrap().iter().map(|e| e["status"].as_u64().unwrap()).collect();
     assert!(statuses.contains(&429), "{statuses:?}");
     assert_eq!(output["steps"][1]["error"]["class"], "NotFoundError", "retried past the 429: {output}");
+}
+
+#[tokio::test]
+async fn the_python_sdk_resumes_replays_and_continues_a_response_across_replicas_with_its_own_types() {
+    let w = world(3, |_| {}).await;
+    w.upstream.push(Reply::new().text(ANSWER).usage(12, 8).chunk_delay(Duration::from_millis(20)));
+    w.upstream.push(Reply::new().text(["Drawing."]).tool_call("call_c", "render_chart", [r#"{"metric":"refunds"}"#]));
+    w.upstream.push(Reply::new().text(["Here is the chart."]));
+    let chart = json!({"type": "function", "name": "render_chart", "parameters": {"type": "object"}});
+    let steps = python(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"stream": {"model": "mock", "input": "where is order 42?", "background": true}, "dropAfter": 6},
+            {"on": 1, "retrieveStream": "$0.events.0.response.id", "startingAfter": 5},
+            {"on": 2, "helper": "$0.events.0.response.id"},
+            {"on": 1, "create": {"model": "mock", "previous_response_id": "$0.events.0.response.id",
+                "input": "chart the refunds", "tools": [chart]}},
+            {"on": 2, "create": {"model": "mock", "previous_response_id": "$3.response.id", "tools": [chart],
+                "input": [{"type": "function_call_output", "call_id": "$3.response.output.1.call_id",
+                    "output": "drawn"}]}},
+            {"apiKey": "not-a-key", "retrieve": "$3.response.id", "expectError": true},
+            {"retrieve": "resp_3_no-such-session", "expectError": true},
+            {"create": {"model": "mock", "input": "hi", "extra_body": {"frobnicate": 1}}, "expectError": true},
+        ]}),
+    )
+    .await;
+    let all: Vec<Value> = events(&steps[0]).iter().chain(events(&steps[1])).cloned().collect();
+    assert_eq!(numbers(&all), (0..all.len() as u64).collect::<Vec<_>>());
+    assert_eq!(deltas(&all), ANSWER.concat());
+    assert_eq!(steps[2]["outputText"], ANSWER.concat(), "the helper on replica C");
+    assert_eq!(events(&steps[2]).len(), all.len());
+    let paused = &steps[3]["response"];
+    assert_eq!(paused["output"][1]["type"], "function_call");
+    assert_eq!(steps[4]["response"]["output_text"], "Here is the chart.");
+    let class = |i: usize| steps[i]["error"]["class"].as_str().unwrap_or_default().to_string();
+    assert_eq!(class(5), "AuthenticationError");
+    assert_eq!(class(6), "NotFoundError");
+    assert_eq!(class(7), "BadRequestError");
+}
+
+#[tokio::test]
+async fn a_response_matches_the_golden_transcript_and_the_python_sdks_types_strictly() {
+    let w = world(2, |_| {}).await;
+    w.upstream.push(Reply::new().text(["Checking."]).tool_call("call_l", "lookup", [r#"{"id":"#, r#""42"}"#]));
+    w.upstream.push(Reply::new().text(["Order 42 ", "ships today."]).tool_call(
+        "call_c",
+        "render_chart",
+        [r#"{"metric":"eta"}"#],
+    ));
+    w.upstream.push(Reply::new().text(["Here is the chart."]).usage(30, 4));
+    let chart = json!({"type": "function", "name": "render_chart", "parameters": {"type": "object"}});
+    let body = json!({"model": "mock", "input": "where is order 42?", "tools": [chart], "stream": true});
+    let paused = w.apps[0].post_json("/v1/responses", Some(&w.token), &body).await;
+    assert_eq!(paused.headers()["content-type"], "text/event-stream");
+    let paused = paused.text().await.unwrap();
+    let first = data_of(&paused)[0].clone();
+    let id = first["response"]["id"].as_str().unwrap().to_string();
+    let call = data_of(&paused)
+        .iter()
+        .find_map(|d| (d["item"]["type"] == "function_call").then(|| d["item"]["call_id"].clone()))
+        .unwrap();
+    let body = json!({"model": "mock", "previous_response_id": id, "tools": [chart], "stream": true,
+        "input": [{"type": "function_call_output", "call_id": call, "output": "drawn"}]});
+    let resumed = w.apps[1].post_json("/v1/responses", Some(&w.token), &body).await.text().await.unwrap();
+
+    let session = id.split_once('_').unwrap().1.split_once('_').unwrap().1.to_string();
+    for (name, transcript) in [("responses_pause.sse", &paused), ("responses_resume.sse", &resumed)] {
+        let created = data_of(transcript)[0]["response"]["created_at"].to_string();
+        let normalised = normalise(
+            transcript,
+            &[(&session, "<session>"), (&format!("\"created_at\":{created}"), "\"created_at\":\"<created_at>\"")],
+        );
+        assert_golden(name, &normalised);
+        // The SDK's own types, strictly, on what was sent.
+        let path = std::env::temp_dir().join(format!("{}-{name}", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&path, transcript).unwrap();
+        let steps = python(&w.apps, &w.token, json!({"steps": [{"validate": path}]})).await;
+        let _ = std::fs::remove_file(&path);
+        let types = steps[0]["types"].as_array().unwrap();
+        assert_eq!(types.len(), data_of(transcript).len(), "{name}: every event is one of the SDK's");
+    }
+    let kinds: Vec<String> = data_of(&paused).iter().map(|d| d["type"].as_str().unwrap().to_string()).collect();
+    assert!(kinds.contains(&"response.mcp_call.completed".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"response.function_call_arguments.done".to_string()), "{kinds:?}");
+}
+
+/// The `data:` payloads of an SSE transcript.
+fn data_of(transcript: &str) -> Vec<Value> {
+    transcript.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect()
 }

@@ -1,7 +1,7 @@
 //! Real MCP servers for the tests, each a process on a port of its own:
 //! `@modelcontextprotocol/server-everything` (npm, in clients/ by
 //! `scripts/ensure-clients.sh`) and `mcp-server-time` (PyPI, in
-//! clients/.venv-mcp by `scripts/ensure-mcp-python.sh`), both over
+//! clients/.venv-py by `scripts/ensure-python-clients.sh`), both over
 //! Streamable HTTP at `/mcp`.
 
 use std::{
@@ -14,8 +14,8 @@ use tokio::process::{Child, Command};
 
 const EVERYTHING: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/clients/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-/// The Python of `clients/.venv-mcp` (`scripts/ensure-mcp-python.sh`).
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/.venv-mcp/bin/python");
+/// The Python of `clients/.venv-py` (`scripts/ensure-python-clients.sh`).
+const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/.venv-py/bin/python");
 /// mcp-server-time's own server, served over Streamable HTTP by its SDK.
 const TIME_SERVER: &str = "import sys\nfrom mcp_server_time.server import create_server\n\
     create_server('UTC').run('streamable-http', port=int(sys.argv[1]))";
@@ -63,7 +63,7 @@ impl McpServer {
                 .stderr(Stdio::null())
                 .kill_on_drop(true)
                 .spawn()
-                .expect("the MCP server starts (scripts/ensure-clients.sh and ensure-mcp-python.sh install them)");
+                .expect("the MCP server starts (scripts/ensure-clients.sh and ensure-python-clients.sh install them)");
             let deadline = tokio::time::Instant::now() + START_TIMEOUT;
             while tokio::time::Instant::now() < deadline && child.try_wait().unwrap().is_none() {
                 if let Ok(response) = http.get(format!("http://{addr}/mcp")).send().await {
