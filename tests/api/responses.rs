@@ -360,3 +360,38 @@ async fn a_response_matches_the_golden_transcript_and_the_python_sdks_types_stri
 fn data_of(transcript: &str) -> Vec<Value> {
     transcript.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect()
 }
+
+#[tokio::test]
+async fn the_python_sdk_answers_an_approval_polls_a_background_response_and_cancels_from_other_replicas() {
+    let w = world(3, |_| {}).await;
+    w.upstream.push(Reply::new().tool_call("call_r", "refund", [r#"{"order":"42"}"#]));
+    w.upstream.push(Reply::new().text(["Refunded."]));
+    w.upstream.push(Reply::new().text(["one ", "two ", "three"]).stall_after(2));
+    let asked =
+        python(&w.apps, &w.token, json!({"steps": [{"create": {"model": "mock", "input": "refund 42"}}]})).await;
+    let paused = &asked[0]["response"];
+    assert_eq!(paused["output"][0]["type"], "mcp_approval_request");
+    assert_eq!(w.tools.calls("refund"), 0);
+    let steps = python(
+        &w.apps,
+        &w.token,
+        json!({"steps": [
+            {"on": 1, "create": {"model": "mock", "previous_response_id": paused["id"], "background": true,
+                "input": [{"type": "mcp_approval_response", "approval_request_id": paused["output"][0]["id"],
+                    "approve": true}]}},
+            {"on": 2, "poll": "$0.response.id"},
+            {"on": 0, "create": {"model": "mock", "input": "count", "background": true}},
+            {"on": 1, "cancel": "$2.response.id"},
+            {"on": 2, "cancel": "$2.response.id"},
+        ]}),
+    )
+    .await;
+    assert_eq!(steps[0]["response"]["status"], "in_progress", "a background response answers at once");
+    let done = &steps[1]["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"][0]["type"], "mcp_call");
+    assert_eq!(done["output_text"], "Refunded.");
+    assert_eq!(w.tools.calls("refund"), 1);
+    assert_eq!(steps[3]["response"]["status"], "cancelled");
+    assert_eq!(steps[3]["response"], steps[4]["response"], "cancel is idempotent");
+}

@@ -3,7 +3,8 @@
 //! streamed response whose replica is SIGKILLed mid-answer is picked up
 //! with `responses.retrieve(id, {stream: true, starting_after: N})` through
 //! the same nginx, and replayed whole by `responses.stream({response_id})`:
-//! contiguous sequence numbers, nothing lost or repeated, the answer whole.
+//! contiguous sequence numbers, nothing lost or repeated, the answer whole;
+//! the Python SDK (`openai` on PyPI) gets the same events through nginx.
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
@@ -22,11 +23,21 @@ const WORDS: u32 = 60;
 const LEASE_TTL_SECS: u64 = 30;
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// Runs `clients/openai-responses.mjs` against `base` with `script`.
+/// Runs `clients/openai-responses.mjs` (npm's SDK) against `base` with `script`.
 async fn sdk(base: &str, token: &str, script: &Value) -> Value {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
-    let child = tokio::process::Command::new("node")
-        .arg(dir.join("openai-responses.mjs"))
+    run(tokio::process::Command::new("node").arg(dir.join("openai-responses.mjs")), base, token, script).await
+}
+
+/// Runs `clients/openai_responses.py` (PyPI's SDK) against `base` with `script`.
+async fn sdk_python(base: &str, token: &str, script: &Value) -> Value {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
+    let mut command = tokio::process::Command::new(dir.join(".venv-py/bin/python"));
+    run(command.arg(dir.join("openai_responses.py")), base, token, script).await
+}
+
+async fn run(command: &mut tokio::process::Command, base: &str, token: &str, script: &Value) -> Value {
+    let child = command
         .arg(base)
         .arg(script.to_string())
         .env("SWITCHBOARD_TOKEN", token)
@@ -134,6 +145,23 @@ async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_re
     // The helper replays the same events from the start.
     assert_eq!(steps[1]["events"].as_array().unwrap(), &all);
     assert_eq!(steps[1]["response"]["id"], id);
+    // And so does the Python SDK, through the same nginx, checking every
+    // event with its own types.
+    let python = sdk_python(
+        &base,
+        &cluster.token,
+        &json!({"steps": [
+            {"retrieveStream": id, "startingAfter": last},
+            {"helper": id},
+        ]}),
+    )
+    .await;
+    let python = python["steps"].as_array().unwrap();
+    let after = python[0]["events"].as_array().unwrap();
+    assert_eq!(numbers(after), numbers(resumed), "the same events after N");
+    assert_eq!(deltas(after), deltas(resumed));
+    assert_eq!(python[1]["events"].as_array().unwrap().len(), all.len());
+    assert_eq!(python[1]["outputText"], texts.concat());
     drop(nginx);
 }
 
