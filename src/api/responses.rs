@@ -25,7 +25,7 @@
 //! `mcp_approval_request` items. Errors have OpenAI's body (the registry's
 //! `ErrorStyle::OpenAi`), so the SDKs raise their own error classes.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::time::Duration;
 
 use axum::{
     Json,
@@ -40,14 +40,13 @@ use super::{
     stream,
 };
 use crate::{
-    config::mcp::server_of,
     domain::{
         Answers, ApprovalMode, ChatMessage, Decision, FrontendMode, FrontendTool, Role, RunInput, Session,
         SessionOptions,
     },
     error::ApiError,
     principal::Principal,
-    protocol::responses::{ResponsesEncoder, ServerLabel, parse_response_id},
+    protocol::responses::{ResponsesEncoder, parse_response_id},
     sessions::{FollowItem, NewSession, SessionError},
     state::AppState,
 };
@@ -169,8 +168,7 @@ pub async fn create(
     let new = NewSession { id: None, model: model.clone(), dialect: "openai-responses", options, files: None };
     let proceeded = client_chat::proceed(&state, &principal, new, &parsed).await?;
     let cursor = proceeded.started.cursor();
-    let client: HashSet<String> = parsed.tools.iter().map(|t| t.name.clone()).collect();
-    let mut encoder = ResponsesEncoder::new(&parsed.id, cursor, &model, server_label(client));
+    let mut encoder = ResponsesEncoder::new(&parsed.id, cursor, &model);
     let mut follower = state.sessions.follow_started(proceeded.started).await;
     if streamed {
         return Ok(stream::stream(&state, principal, parsed.id, follower, Box::new(encoder)));
@@ -209,8 +207,7 @@ pub async fn retrieve(
         return Ok(Json(encoder.snapshot()).into_response());
     }
     let view = state.sessions.get(&principal, session).await.map_err(|e| missing(e, &id))?;
-    let encoder = ResponsesEncoder::new(session, cursor, view.session.model(), session_label(&view.session))
-        .starting_after(query.starting_after);
+    let encoder = ResponsesEncoder::new(session, cursor, view.session.model()).starting_after(query.starting_after);
     let follower = state.sessions.follow(&principal, session, cursor).await.map_err(|e| missing(e, &id))?;
     Ok(stream::stream(&state, principal, session.to_string(), follower, Box::new(encoder)))
 }
@@ -233,7 +230,7 @@ pub async fn cancel(
     }
     let (_, cursor) = parse_response_id(&id).ok_or_else(|| not_found(&id))?;
     let view = state.sessions.get(&principal, &session).await.map_err(|e| missing(e, &id))?;
-    let mut encoder = ResponsesEncoder::new(&session, cursor, view.session.model(), session_label(&view.session));
+    let mut encoder = ResponsesEncoder::new(&session, cursor, view.session.model());
     let mut follower = state.sessions.follow(&principal, &session, cursor).await.map_err(|e| missing(e, &id))?;
     let _ = tokio::time::timeout(CANCEL_WAIT, async {
         while let Some(item) = follower.next().await {
@@ -265,7 +262,7 @@ pub async fn delete(
 async fn current(state: &AppState, principal: &Principal, id: &str) -> Result<(ResponsesEncoder, String), ApiError> {
     let (session, cursor) = parse_response_id(id).ok_or_else(|| not_found(id))?;
     let view = state.sessions.get(principal, session).await.map_err(|e| missing(e, id))?;
-    let mut encoder = ResponsesEncoder::new(session, cursor, view.session.model(), session_label(&view.session));
+    let mut encoder = ResponsesEncoder::new(session, cursor, view.session.model());
     let mut after = cursor;
     let mut first = true;
     loop {
@@ -303,16 +300,6 @@ fn missing(error: SessionError, id: &str) -> ApiError {
         SessionError::NotFound => not_found(id),
         other => other.into(),
     }
-}
-
-/// Tools not among `client`'s are server tools: an MCP tool's label is
-/// its server, the gateway's own tools' `switchboard`.
-fn server_label(client: HashSet<String>) -> ServerLabel {
-    Arc::new(move |name: &str| (!client.contains(name)).then(|| server_of(name).unwrap_or("switchboard").to_string()))
-}
-
-fn session_label(session: &Session) -> ServerLabel {
-    server_label(session.options().frontend_tools.iter().map(|t| t.name.clone()).collect())
 }
 
 /// The request's input, instructions and function tools.

@@ -15,10 +15,12 @@
 //!
 //! Output items: the model's text is a `message` item (one `output_text`
 //! part), its reasoning a `reasoning` item (one `reasoning_text` part); a
-//! call of a client's function tool is a `function_call` item (the
-//! response ends there, the client answers with `function_call_output`); a
-//! server tool's call an `mcp_call` item (its `server_label` the MCP
-//! server, `switchboard` for the gateway's own tools); a permission ask an
+//! call of a client's function tool is a `function_call` item, shown at the
+//! pause that ends the response (the client answers with
+//! `function_call_output`); a server tool's call an `mcp_call` item, shown
+//! with its result (its `server_label` the MCP server, `switchboard` for
+//! the gateway's own tools). Which a call is, the log says only then, so a
+//! replay on any replica classifies it the same. A permission ask an
 //! `mcp_approval_request` item (its id the relay id) that ends the
 //! response. A takeover's `step_restarted` ends the open item as it stands
 //! and the regenerated step opens a new one: nothing sent is retracted.
@@ -29,15 +31,13 @@
 //! Request parameters that are not in the log (`instructions`, `tools`,
 //! `metadata`, `temperature`, …) are echoed as their defaults.
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value, json};
 
 use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
-use crate::domain::{FailureCode, Held, ToolStatus, Usage};
-
-/// The `server_label` of a server tool, `None` for a client's function.
-pub type ServerLabel = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+use crate::{
+    config::mcp::server_of,
+    domain::{FailureCode, Held, ToolStatus, Usage},
+};
 
 /// A response's id: `resp_<cursor>_<session>`, the cursor being the seq
 /// after which its events start.
@@ -90,37 +90,21 @@ struct Item {
 
 #[derive(Debug, Clone)]
 enum ItemKind {
-    Message {
-        text: String,
-    },
-    Reasoning {
-        text: String,
-    },
-    FunctionCall {
-        call_id: String,
-        name: String,
-        arguments: String,
-    },
-    McpCall {
-        call_id: String,
-        server_label: String,
-        name: String,
-        arguments: String,
-        output: Option<String>,
-        error: Option<String>,
-    },
-    ApprovalRequest {
-        server_label: String,
-        name: String,
-        arguments: String,
-    },
+    Message { text: String },
+    Reasoning { text: String },
+    FunctionCall { call_id: String, name: String, arguments: String },
+    McpCall { server_label: String, name: String, arguments: String, output: Option<String>, error: Option<String> },
+    ApprovalRequest { server_label: String, name: String, arguments: String },
 }
 
 pub struct ResponsesEncoder {
     response_id: String,
     session_id: String,
     model: String,
-    server_label: ServerLabel,
+    /// Calls announced and not yet shown: a server tool's shows with its
+    /// result, a client's with the pause (the log says which it is only
+    /// then, so a replay shows the same).
+    calls: Vec<(u64, String, String, Value)>,
     /// Frames up to this sequence number were sent before: made, not sent.
     starting_after: Option<u64>,
     next_sequence: u64,
@@ -135,12 +119,12 @@ pub struct ResponsesEncoder {
 }
 
 impl ResponsesEncoder {
-    pub fn new(session_id: &str, cursor: u64, model: &str, server_label: ServerLabel) -> Self {
+    pub fn new(session_id: &str, cursor: u64, model: &str) -> Self {
         Self {
             response_id: response_id(session_id, cursor),
             session_id: session_id.to_string(),
             model: model.to_string(),
-            server_label,
+            calls: Vec::new(),
             starting_after: None,
             next_sequence: 0,
             created_at: None,
@@ -233,7 +217,7 @@ impl ResponsesEncoder {
                 "id": item.id, "type": "function_call", "status": status,
                 "call_id": call_id, "name": name, "arguments": arguments,
             }),
-            ItemKind::McpCall { call_id: _, server_label, name, arguments, output, error } => {
+            ItemKind::McpCall { server_label, name, arguments, output, error } => {
                 let status = match (item.done, error) {
                     (false, _) => "in_progress",
                     (true, None) => "completed",
@@ -372,42 +356,37 @@ impl ResponsesEncoder {
         self.item_done(frames, index);
     }
 
-    fn has_call(&self, call_id: &str) -> bool {
-        self.output.iter().any(|item| match &item.kind {
-            ItemKind::FunctionCall { call_id: id, .. } | ItemKind::McpCall { call_id: id, .. } => id == call_id,
-            _ => false,
-        })
-    }
-
-    /// A call about to run (a server tool) or handed to the client.
-    fn call(&mut self, frames: &mut Vec<Frame>, seq: u64, call_id: &str, name: &str, arguments: &Value) {
-        if self.has_call(call_id) {
-            return;
-        }
+    /// A server tool's call with its result: an `mcp_call` item, added
+    /// and done (`server_label` its MCP server, `switchboard` for the
+    /// gateway's own tools).
+    fn mcp_call(&mut self, frames: &mut Vec<Frame>, call_id: &str, output: &Value, failed: bool) {
+        let Some(at) = self.calls.iter().position(|(_, id, _, _)| id == call_id) else { return };
+        let (seq, _, name, arguments) = self.calls.remove(at);
         self.close_open(frames);
-        let arguments = arguments_text(arguments);
-        match (self.server_label)(name) {
-            None => self.function_call(frames, seq, call_id, name, arguments),
-            Some(server_label) => {
-                let kind = ItemKind::McpCall {
-                    call_id: call_id.to_string(),
-                    server_label,
-                    name: name.to_string(),
-                    arguments: arguments.clone(),
-                    output: None,
-                    error: None,
-                };
-                let index = self.added(frames, Item { id: self.item_id("mcp", seq), kind, done: false });
-                let mut fields = self.at(index, false);
-                fields.insert("delta".into(), arguments.clone().into());
-                self.push(frames, "response.mcp_call_arguments.delta", fields);
-                let mut fields = self.at(index, false);
-                fields.insert("arguments".into(), arguments.into());
-                self.push(frames, "response.mcp_call_arguments.done", fields);
-                let fields = self.at(index, false);
-                self.push(frames, "response.mcp_call.in_progress", fields);
-            }
+        let arguments = arguments_text(&arguments);
+        let text = super::tool_text(output);
+        let kind = ItemKind::McpCall {
+            server_label: server_of(&name).unwrap_or("switchboard").to_string(),
+            name,
+            arguments: arguments.clone(),
+            output: None,
+            error: None,
+        };
+        let index = self.added(frames, Item { id: self.item_id("mcp", seq), kind, done: false });
+        let mut fields = self.at(index, false);
+        fields.insert("delta".into(), arguments.clone().into());
+        self.push(frames, "response.mcp_call_arguments.delta", fields);
+        let mut fields = self.at(index, false);
+        fields.insert("arguments".into(), arguments.into());
+        self.push(frames, "response.mcp_call_arguments.done", fields);
+        let fields = self.at(index, false);
+        self.push(frames, "response.mcp_call.in_progress", fields);
+        if let ItemKind::McpCall { output, error, .. } = &mut self.output[index].kind {
+            if failed { *error = Some(text) } else { *output = Some(text) }
         }
+        let fields = self.at(index, false);
+        self.push(frames, if failed { "response.mcp_call.failed" } else { "response.mcp_call.completed" }, fields);
+        self.item_done(frames, index);
     }
 
     fn function_call(&mut self, frames: &mut Vec<Frame>, seq: u64, call_id: &str, name: &str, arguments: String) {
@@ -427,30 +406,15 @@ impl ResponsesEncoder {
         self.item_done(frames, index);
     }
 
-    fn result(&mut self, frames: &mut Vec<Frame>, call_id: &str, output: &Value, failed: bool) {
-        let Some(index) = self.output.iter().position(|item| {
-            matches!(&item.kind, ItemKind::McpCall { call_id: id, .. } if id == call_id) && !item.done
-        }) else {
-            return;
-        };
-        let text = super::tool_text(output);
-        if let ItemKind::McpCall { output, error, .. } = &mut self.output[index].kind {
-            if failed { *error = Some(text) } else { *output = Some(text) }
-        }
-        let fields = self.at(index, false);
-        self.push(frames, if failed { "response.mcp_call.failed" } else { "response.mcp_call.completed" }, fields);
-        self.item_done(frames, index);
-    }
-
     fn paused(&mut self, frames: &mut Vec<Frame>, seq: u64, relays: &[PendingRelay], calls: &[PendingCall]) {
         self.close_open(frames);
         for call in calls {
-            if !self.has_call(&call.tool_call_id) {
-                self.function_call(frames, seq, &call.tool_call_id, &call.tool, arguments_text(&call.arguments));
-            }
+            let announced = self.calls.iter().position(|(_, id, _, _)| *id == call.tool_call_id);
+            let seq = announced.map_or(seq, |at| self.calls.remove(at).0);
+            self.function_call(frames, seq, &call.tool_call_id, &call.tool, arguments_text(&call.arguments));
         }
         for relay in relays {
-            let server_label = (self.server_label)(&relay.tool).unwrap_or_else(|| "switchboard".into());
+            let server_label = server_of(&relay.tool).unwrap_or("switchboard").to_string();
             let kind = ItemKind::ApprovalRequest {
                 server_label,
                 name: relay.tool.clone(),
@@ -506,12 +470,14 @@ impl Encoder for ResponsesEncoder {
         match &event.event.kind {
             EventKind::TextDelta { text } => self.text(&mut frames, event, text, false),
             EventKind::ReasoningDelta { text } => self.text(&mut frames, event, text, true),
-            EventKind::ToolCall { tool_call_id, name, arguments } => {
-                self.call(&mut frames, event.seq, tool_call_id, name, arguments)
+            EventKind::ToolCall { tool_call_id, name, arguments }
+                if !self.calls.iter().any(|(_, id, _, _)| id == tool_call_id) =>
+            {
+                self.calls.push((event.seq, tool_call_id.clone(), name.clone(), arguments.clone()));
             }
             EventKind::ToolResult { tool_call_id, status, output, .. } => {
                 let failed = !matches!(status, ToolStatus::Success);
-                self.result(&mut frames, tool_call_id, output, failed)
+                self.mcp_call(&mut frames, tool_call_id, output, failed)
             }
             EventKind::StepRestarted { .. } => self.close_open(&mut frames),
             EventKind::Usage { usage, .. } => self.usage.add(usage),

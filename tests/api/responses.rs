@@ -395,3 +395,86 @@ async fn the_python_sdk_answers_an_approval_polls_a_background_response_and_canc
     assert_eq!(steps[3]["response"]["status"], "cancelled");
     assert_eq!(steps[3]["response"], steps[4]["response"], "cancel is idempotent");
 }
+
+/// An OpenAI error body with `status`, its `type` and a message naming `part`.
+async fn assert_openai_error(response: reqwest::Response, status: u16, kind: &str, part: &str) {
+    assert_eq!(response.status().as_u16(), status);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], kind, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(part), "{body}");
+    assert!(body["error"].get("param").is_some() && body["error"]["code"].is_string(), "{body}");
+}
+
+#[tokio::test]
+async fn bad_requests_get_openai_errors_and_lose_nothing() {
+    let w = world(2, |_| {}).await;
+    let (a, b, token) = (&w.apps[0], &w.apps[1], Some(w.token.as_str()));
+    // Not JSON, a wrong type, no input, a tool type that is not served.
+    let raw = a.client.post(a.url("/v1/responses")).bearer_auth(&w.token).header("content-type", "application/json");
+    assert_openai_error(raw.body("{\"model\":").send().await.unwrap(), 400, "invalid_request_error", "").await;
+    for (body, part) in [
+        (json!({"model": "mock", "input": 5}), "invalid request"),
+        (json!({"model": "mock"}), "input"),
+        (json!({"model": "mock", "input": "hi", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+        (json!({"model": "mock", "input": [{"type": "message", "role": "robot", "content": "x"}]}), "input[0].role"),
+        (json!({"model": "mock", "input": "hi", "background": true, "store": false}), "store"),
+    ] {
+        assert_openai_error(a.post_json("/v1/responses", token, &body).await, 400, "invalid_request_error", part).await;
+    }
+    // An expired token; an id that is no response id.
+    assert_openai_error(a.get("/v1/responses/resp_1_x", Some("not.a.jwt")).await, 401, "authentication_error", "")
+        .await;
+    assert_openai_error(a.get("/v1/responses/msg_1", token).await, 404, "not_found_error", "msg_1").await;
+
+    // A conversation paused on a function call: a wrong call id and a
+    // second answer after the first are refused, and the first one lands once.
+    w.upstream.push(Reply::new().tool_call("call_c", "render_chart", [r#"{}"#]));
+    w.upstream.push(Reply::new().text(["Drawn."]));
+    w.upstream.push(Reply::new().text(["Again."]));
+    let chart = json!({"type": "function", "name": "render_chart"});
+    let paused: Value = a
+        .post_json("/v1/responses", token, &json!({"model": "mock", "input": "chart", "tools": [chart]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = paused["id"].as_str().unwrap();
+    let answer = |call: &str| {
+        json!({"model": "mock", "previous_response_id": id, "tools": [chart],
+            "input": [{"type": "function_call_output", "call_id": call, "output": "ok"}]})
+    };
+    assert_openai_error(
+        b.post_json("/v1/responses", token, &answer("call_nope")).await,
+        409,
+        "conflict_error",
+        "call_c",
+    )
+    .await;
+    let answered = b.post_json("/v1/responses", token, &answer("call_c")).await;
+    assert_eq!(answered.status(), 200);
+    let answered: Value = answered.json().await.unwrap();
+    assert_eq!(answered["output_text"], "Drawn.");
+    // The paused response is no longer the latest: continuing it is a 400.
+    assert_openai_error(
+        a.post_json("/v1/responses", token, &answer("call_c")).await,
+        400,
+        "invalid_request_error",
+        "latest",
+    )
+    .await;
+    let next = json!({"model": "mock", "previous_response_id": answered["id"], "input": "again"});
+    let again: Value = a.post_json("/v1/responses", token, &next).await.json().await.unwrap();
+    assert_eq!(again["output_text"], "Again.");
+    assert_eq!(w.upstream.requests().len(), 3, "nothing ran twice");
+    // Polled on either replica, each response is as it ended.
+    for (app, response) in [(a, &paused), (b, &answered), (b, &again)] {
+        let path = format!("/v1/responses/{}", response["id"].as_str().unwrap());
+        let polled: Value = app.get(&path, token).await.json().await.unwrap();
+        assert_eq!(&polled, response);
+    }
+    // Deleted: gone on every replica.
+    let deleted = b.client.delete(b.url(&format!("/v1/responses/{}", again["id"].as_str().unwrap())));
+    assert_eq!(deleted.bearer_auth(&w.token).send().await.unwrap().status(), 200);
+    let path = format!("/v1/responses/{}", answered["id"].as_str().unwrap());
+    assert_openai_error(a.get(&path, token).await, 404, "not_found_error", "not found").await;
+}

@@ -1,14 +1,10 @@
-use std::{collections::HashSet, sync::Arc};
-
 use serde_json::{Value, json};
 
 use super::*;
 use crate::protocol::testing::{all_data, event, restarted_turn, types, usage};
 
 fn encoder() -> ResponsesEncoder {
-    let client: HashSet<&str> = ["render_chart"].into();
-    let label: ServerLabel = Arc::new(move |name: &str| (!client.contains(name)).then(|| "switchboard".to_string()));
-    ResponsesEncoder::new("s1", 7, "m", label)
+    ResponsesEncoder::new("s1", 7, "m")
 }
 
 /// The events of a turn, numbered from seq 8 (the response's cursor is 7).
@@ -179,5 +175,5 @@ fn events_after_the_end_and_subagents_events_are_not_shown() {
     let frames = encode_all(&mut encoder, kinds);
     assert_eq!(types(&frames).last().unwrap(), "response.completed");
     let sub = crate::protocol::testing::subagent_event(30, EventKind::TextDelta { text: "inner".into() });
-    assert!(ResponsesEncoder::new("s1", 7, "m", Arc::new(|_: &str| None)).encode(&sub).is_empty());
+    assert!(ResponsesEncoder::new("s1", 7, "m").encode(&sub).is_empty());
 }
