@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::{
     harness::{
         cluster::{Cluster, ClusterOptions},
-        upstream::expected_answer,
+        upstream::{ScriptedCall, expected_answer},
     },
     nginx::Nginx,
 };
@@ -176,4 +176,67 @@ async fn only_session(cluster: &Cluster) -> Option<String> {
         .ok()?;
     let page: Value = response.json().await.ok()?;
     page["sessions"].as_array()?.first()?["id"].as_str().map(str::to_string)
+}
+
+/// The SDKs' other calls through the same nginx, each request going to
+/// the next replica: a function tool round trip with `previous_response_id`,
+/// a background response polled to `completed`, a cancel of a running one,
+/// and the error classes.
+#[tokio::test]
+async fn the_openai_sdks_hold_a_conversation_through_nginx_across_real_replicas() {
+    let cluster = Cluster::start(ClusterOptions {
+        lease_ttl_secs: LEASE_TTL_SECS,
+        chunk_delay: Duration::from_millis(40),
+        agent_toml: "titles = false\n".into(),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster
+        .upstream
+        .add_script("chart", vec![ScriptedCall::new("call_chart", "render_chart", json!({"metric": "eta"}))]);
+    let upstreams: Vec<String> =
+        cluster.urls().iter().map(|u| u.trim_start_matches("http://").trim_end_matches('/').to_string()).collect();
+    let nginx = Nginx::start(&upstreams).await;
+    let base = format!("{}/v1", nginx.url());
+    let chart = json!({"type": "function", "name": "render_chart", "parameters": {"type": "object"}});
+    let script = |run: &str| {
+        json!({"steps": [
+            {"create": {"model": "mock", "input": format!("script:chart words:5 {run}"), "tools": [chart]}},
+            {"create": {"model": "mock", "previous_response_id": "$0.response.id", "tools": [chart],
+                "input": [{"type": "function_call_output", "call_id": "$0.response.output.0.call_id",
+                    "output": "drawn"}]}},
+            {"create": {"model": "mock", "previous_response_id": "$1.response.id", "background": true,
+                "input": format!("words:8 {run}")}},
+            {"poll": "$2.response.id"},
+            {"stream": {"model": "mock", "previous_response_id": "$2.response.id", "background": true,
+                "input": format!("words:300 {run}")}, "dropAfter": 5},
+            {"cancel": "$4.events.0.response.id"},
+            {"retrieve": "$4.events.0.response.id"},
+            {"apiKey": "not-a-key", "retrieve": "$4.events.0.response.id", "expectError": true},
+            {"retrieve": "resp_1_no-such-session", "expectError": true},
+        ]})
+    };
+    for (sdk_name, output) in [
+        ("npm", sdk(&base, &cluster.token, &script(&uuid::Uuid::new_v4().simple().to_string())).await),
+        ("PyPI", sdk_python(&base, &cluster.token, &script(&uuid::Uuid::new_v4().simple().to_string())).await),
+    ] {
+        let steps = output["steps"].as_array().unwrap();
+        let logs = || format!("{sdk_name}: {output}\n{}", cluster.dump_logs());
+        let call = &steps[0]["response"]["output"][0];
+        assert_eq!(
+            (call["type"].as_str(), call["name"].as_str()),
+            (Some("function_call"), Some("render_chart")),
+            "{}",
+            logs()
+        );
+        assert_eq!(steps[1]["response"]["output_text"], expected_answer(5), "{}", logs());
+        assert_eq!(steps[2]["response"]["status"], "in_progress", "{}", logs());
+        assert_eq!(steps[3]["response"]["status"], "completed", "{}", logs());
+        assert_eq!(steps[3]["response"]["output_text"], expected_answer(8), "{}", logs());
+        assert_eq!(steps[5]["response"]["status"], "cancelled", "{}", logs());
+        assert_eq!(steps[6]["response"]["status"], "cancelled", "{}", logs());
+        assert_eq!(steps[7]["error"]["class"], "AuthenticationError", "{}", logs());
+        assert_eq!(steps[8]["error"]["class"], "NotFoundError", "{}", logs());
+    }
+    drop(nginx);
 }
