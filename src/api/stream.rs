@@ -248,7 +248,9 @@ impl Encoding {
                     let frames = self.encoder.encode(&event);
                     // Its stream is a part of the log (a response): a
                     // replay of it does not follow later turns.
-                    self.ended = self.encoder.finished();
+                    if self.encoder.finished() {
+                        self.ended = true;
+                    }
                     frames
                 }
                 Some(FollowItem::Context(event)) => {
