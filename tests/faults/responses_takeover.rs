@@ -23,6 +23,23 @@ const WORDS: u32 = 60;
 const LEASE_TTL_SECS: u64 = 30;
 const DEADLINE: Duration = Duration::from_secs(30);
 
+/// Three replicas (tokens 40 ms apart) behind nginx, and the SDKs' base
+/// URL through it.
+async fn behind_nginx() -> (Cluster, Nginx, String) {
+    let cluster = Cluster::start(ClusterOptions {
+        lease_ttl_secs: LEASE_TTL_SECS,
+        chunk_delay: Duration::from_millis(40),
+        agent_toml: "titles = false\n".into(),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let upstreams: Vec<String> =
+        cluster.urls().iter().map(|u| u.trim_start_matches("http://").trim_end_matches('/').to_string()).collect();
+    let nginx = Nginx::start(&upstreams).await;
+    let base = format!("{}/v1", nginx.url());
+    (cluster, nginx, base)
+}
+
 /// Runs `clients/openai-responses.mjs` (npm's SDK) against `base` with `script`.
 async fn sdk(base: &str, token: &str, script: &Value) -> Value {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
@@ -76,17 +93,7 @@ fn messages(response: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_replica_is_killed() {
-    let mut cluster = Cluster::start(ClusterOptions {
-        lease_ttl_secs: LEASE_TTL_SECS,
-        chunk_delay: Duration::from_millis(40),
-        agent_toml: "titles = false\n".into(),
-        ..ClusterOptions::default()
-    })
-    .await;
-    let upstreams: Vec<String> =
-        cluster.urls().iter().map(|u| u.trim_start_matches("http://").trim_end_matches('/').to_string()).collect();
-    let nginx = Nginx::start(&upstreams).await;
-    let base = format!("{}/v1", nginx.url());
+    let (mut cluster, nginx, base) = behind_nginx().await;
 
     let input = format!("words:{WORDS} {}", uuid::Uuid::new_v4().simple());
     let script = json!({"steps": [{"stream": {"model": "mock", "input": input, "background": true}}]});
@@ -116,15 +123,9 @@ async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_re
     let id = first[0]["response"]["id"].as_str().unwrap().to_string();
     let last = first.last().unwrap()["sequence_number"].as_u64().unwrap();
 
-    let steps = sdk(
-        &base,
-        &cluster.token,
-        &json!({"steps": [
-            {"retrieveStream": id, "startingAfter": last},
-            {"helper": id},
-        ]}),
-    )
-    .await;
+    // The events after the last one received, then the helper's replay.
+    let resume = json!({"steps": [{"retrieveStream": id, "startingAfter": last}, {"helper": id}]});
+    let steps = sdk(&base, &cluster.token, &resume).await;
     let steps = steps["steps"].as_array().unwrap();
     let resumed = steps[0]["events"].as_array().unwrap();
     let all: Vec<Value> = first.iter().chain(resumed).cloned().collect();
@@ -147,15 +148,7 @@ async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_re
     assert_eq!(steps[1]["response"]["id"], id);
     // And so does the Python SDK, through the same nginx, checking every
     // event with its own types.
-    let python = sdk_python(
-        &base,
-        &cluster.token,
-        &json!({"steps": [
-            {"retrieveStream": id, "startingAfter": last},
-            {"helper": id},
-        ]}),
-    )
-    .await;
+    let python = sdk_python(&base, &cluster.token, &resume).await;
     let python = python["steps"].as_array().unwrap();
     let after = python[0]["events"].as_array().unwrap();
     assert_eq!(numbers(after), numbers(resumed), "the same events after N");
@@ -184,20 +177,10 @@ async fn only_session(cluster: &Cluster) -> Option<String> {
 /// and the error classes.
 #[tokio::test]
 async fn the_openai_sdks_hold_a_conversation_through_nginx_across_real_replicas() {
-    let cluster = Cluster::start(ClusterOptions {
-        lease_ttl_secs: LEASE_TTL_SECS,
-        chunk_delay: Duration::from_millis(40),
-        agent_toml: "titles = false\n".into(),
-        ..ClusterOptions::default()
-    })
-    .await;
+    let (cluster, nginx, base) = behind_nginx().await;
     cluster
         .upstream
         .add_script("chart", vec![ScriptedCall::new("call_chart", "render_chart", json!({"metric": "eta"}))]);
-    let upstreams: Vec<String> =
-        cluster.urls().iter().map(|u| u.trim_start_matches("http://").trim_end_matches('/').to_string()).collect();
-    let nginx = Nginx::start(&upstreams).await;
-    let base = format!("{}/v1", nginx.url());
     let chart = json!({"type": "function", "name": "render_chart", "parameters": {"type": "object"}});
     let script = |run: &str| {
         json!({"steps": [
