@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{
     ConfigErrors, Permission, Secret,
-    validate::{positive, secs},
+    validate::checks::{positive, secs},
 };
 
 /// Longest server name: the model's tool name (`mcp__<server>__<tool>`,

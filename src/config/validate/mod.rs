@@ -2,6 +2,7 @@
 //! from the environment, and checks every field, collecting all mistakes with
 //! their paths instead of stopping at the first.
 
+pub(in crate::config) mod checks;
 mod cors;
 mod http2;
 mod jwt;
@@ -9,6 +10,7 @@ mod models;
 mod tenants;
 mod tools;
 
+pub(in crate::config) use self::checks::{positive, secs};
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use super::{
@@ -447,24 +449,6 @@ fn check_identifier(errors: &mut ConfigErrors, path: &str, value: &str) {
     if !ok {
         errors.push(path, format!("{value:?} must be 1-64 characters of A-Z a-z 0-9 - _ ."));
     }
-}
-
-pub(in crate::config) fn positive<T: Copy + Default + PartialOrd>(
-    errors: &mut ConfigErrors,
-    path: &str,
-    value: Option<T>,
-) -> Option<T> {
-    match value {
-        Some(v) if v <= T::default() => {
-            errors.push(path, "must be a positive integer");
-            None
-        }
-        other => other,
-    }
-}
-
-pub(in crate::config) fn secs(value: Option<u64>, default: u64) -> Duration {
-    Duration::from_secs(value.unwrap_or(default))
 }
 
 fn default_replica_id() -> String {
