@@ -5,6 +5,8 @@
 //! the same nginx, and replayed whole by `responses.stream({response_id})`:
 //! contiguous sequence numbers, nothing lost or repeated, the answer whole;
 //! the Python SDK (`openai` on PyPI) gets the same events through nginx.
+//! First, on the same cluster, each SDK holds a conversation through nginx
+//! (a function tool, polling, a cancel, the error classes).
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
@@ -91,21 +93,32 @@ fn messages(response: &Value) -> Vec<String> {
         .collect()
 }
 
+/// One cluster behind nginx for both parts (each part's three replicas,
+/// nginx and SDK processes would otherwise load the shared cores twice).
 #[tokio::test]
-async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_replica_is_killed() {
+async fn the_openai_sdks_hold_a_conversation_through_nginx_and_resume_a_response_whose_replica_is_killed() {
     let (mut cluster, nginx, base) = behind_nginx().await;
+    conversation(&cluster, &base).await;
+    killed_mid_answer(&mut cluster, &base).await;
+    drop(nginx);
+}
 
+/// A background streamed response whose replica is SIGKILLed mid-answer:
+/// resumed after its last number, replayed by the helper, by both SDKs.
+async fn killed_mid_answer(cluster: &mut Cluster, base: &str) {
+    let known = session_ids(cluster).await;
     let input = format!("words:{WORDS} {}", uuid::Uuid::new_v4().simple());
     let script = json!({"steps": [{"stream": {"model": "mock", "input": input, "background": true}}]});
     let streaming = tokio::spawn({
-        let (base, token) = (base.clone(), cluster.token.clone());
+        let (base, token) = (base.to_string(), cluster.token.clone());
         async move { sdk(&base, &token, &script).await }
     });
     // The conversation's session, once it has a dozen events.
     let deadline = tokio::time::Instant::now() + DEADLINE;
     let session = loop {
         assert!(tokio::time::Instant::now() < deadline, "the response started\n{}", cluster.dump_logs());
-        if let Some(id) = only_session(&cluster).await
+        let new = session_ids(cluster).await.into_iter().find(|id| !known.contains(id));
+        if let Some(id) = new
             && cluster.last_seq(&id).await >= 12
         {
             break id;
@@ -125,7 +138,7 @@ async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_re
 
     // The events after the last one received, then the helper's replay.
     let resume = json!({"steps": [{"retrieveStream": id, "startingAfter": last}, {"helper": id}]});
-    let steps = sdk(&base, &cluster.token, &resume).await;
+    let steps = sdk(base, &cluster.token, &resume).await;
     let steps = steps["steps"].as_array().unwrap();
     let resumed = steps[0]["events"].as_array().unwrap();
     let all: Vec<Value> = first.iter().chain(resumed).cloned().collect();
@@ -148,36 +161,32 @@ async fn the_openai_sdk_resumes_a_background_response_through_nginx_after_its_re
     assert_eq!(steps[1]["response"]["id"], id);
     // And so does the Python SDK, through the same nginx, checking every
     // event with its own types.
-    let python = sdk_python(&base, &cluster.token, &resume).await;
+    let python = sdk_python(base, &cluster.token, &resume).await;
     let python = python["steps"].as_array().unwrap();
     let after = python[0]["events"].as_array().unwrap();
     assert_eq!(numbers(after), numbers(resumed), "the same events after N");
     assert_eq!(deltas(after), deltas(resumed));
     assert_eq!(python[1]["events"].as_array().unwrap().len(), all.len());
     assert_eq!(python[1]["outputText"], texts.concat());
-    drop(nginx);
 }
 
-/// The id of the only session the cluster's token sees, if there is one
-/// (asked of replica 0, before any kill).
-async fn only_session(cluster: &Cluster) -> Option<String> {
+/// The ids of the sessions the cluster's token sees (the newest 100,
+/// asked of replica 0, before any kill); none when it does not answer.
+async fn session_ids(cluster: &Cluster) -> Vec<String> {
     let response = reqwest::Client::new()
-        .get(cluster.replicas[0].url("/v1/sessions"))
+        .get(cluster.replicas[0].url("/v1/sessions?limit=100"))
         .bearer_auth(&cluster.token)
-        .send()
-        .await
-        .ok()?;
-    let page: Value = response.json().await.ok()?;
-    page["sessions"].as_array()?.first()?["id"].as_str().map(str::to_string)
+        .send();
+    let Ok(response) = response.await else { return Vec::new() };
+    let page: Value = response.json().await.unwrap_or_default();
+    (page["sessions"].as_array().into_iter().flatten()).filter_map(|s| s["id"].as_str().map(str::to_string)).collect()
 }
 
 /// The SDKs' other calls through the same nginx, each request going to
 /// the next replica: a function tool round trip with `previous_response_id`,
 /// a background response polled to `completed`, a cancel of a running one,
 /// and the error classes.
-#[tokio::test]
-async fn the_openai_sdks_hold_a_conversation_through_nginx_across_real_replicas() {
-    let (cluster, nginx, base) = behind_nginx().await;
+async fn conversation(cluster: &Cluster, base: &str) {
     cluster
         .upstream
         .add_script("chart", vec![ScriptedCall::new("call_chart", "render_chart", json!({"metric": "eta"}))]);
@@ -200,8 +209,8 @@ async fn the_openai_sdks_hold_a_conversation_through_nginx_across_real_replicas(
         ]})
     };
     for (sdk_name, output) in [
-        ("npm", sdk(&base, &cluster.token, &script(&uuid::Uuid::new_v4().simple().to_string())).await),
-        ("PyPI", sdk_python(&base, &cluster.token, &script(&uuid::Uuid::new_v4().simple().to_string())).await),
+        ("npm", sdk(base, &cluster.token, &script(&uuid::Uuid::new_v4().simple().to_string())).await),
+        ("PyPI", sdk_python(base, &cluster.token, &script(&uuid::Uuid::new_v4().simple().to_string())).await),
     ] {
         let steps = output["steps"].as_array().unwrap();
         let logs = || format!("{sdk_name}: {output}\n{}", cluster.dump_logs());
@@ -221,5 +230,4 @@ async fn the_openai_sdks_hold_a_conversation_through_nginx_across_real_replicas(
         assert_eq!(steps[7]["error"]["class"], "AuthenticationError", "{}", logs());
         assert_eq!(steps[8]["error"]["class"], "NotFoundError", "{}", logs());
     }
-    drop(nginx);
 }
