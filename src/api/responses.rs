@@ -46,8 +46,11 @@ use crate::{
     },
     error::ApiError,
     principal::Principal,
-    protocol::responses::{ResponsesEncoder, parse_response_id},
-    sessions::{FollowItem, NewSession, SessionError},
+    protocol::{
+        Encoder, EventKind,
+        responses::{ResponsesEncoder, parse_response_id},
+    },
+    sessions::{FollowItem, Follower, NewSession, SessionError},
     state::AppState,
 };
 
@@ -175,15 +178,21 @@ pub async fn create(
     }
     // In the background: as it stands after its first event (committed
     // with the turn's start); else as it ends.
+    drive(&mut follower, &mut encoder, background).await;
+    Ok(Json(encoder.snapshot()).into_response())
+}
+
+/// Feeds `follower`'s events to `encoder` until the response ends (or,
+/// with `first_only`, after its first event).
+async fn drive(follower: &mut Follower, encoder: &mut ResponsesEncoder, first_only: bool) {
     while let Some(item) = follower.next().await {
         if let FollowItem::Event(event) = item {
-            let _ = crate::protocol::Encoder::encode(&mut encoder, &event);
-            if background || encoder.status().is_final() {
-                break;
+            let _ = encoder.encode(&event);
+            if first_only || encoder.status().is_final() {
+                return;
             }
         }
     }
-    Ok(Json(encoder.snapshot()).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,15 +210,13 @@ pub async fn retrieve(
     Path(id): Path<String>,
     Query(query): Query<RetrieveQuery>,
 ) -> Result<Response, ApiError> {
-    let (session, cursor) = parse_response_id(&id).ok_or_else(|| not_found(&id))?;
-    let (encoder, _) = current(&state, &principal, &id).await?;
     if query.stream != Some(true) {
-        return Ok(Json(encoder.snapshot()).into_response());
+        return Ok(Json(current(&state, &principal, &id).await?.snapshot()).into_response());
     }
-    let view = state.sessions.get(&principal, session).await.map_err(|e| missing(e, &id))?;
-    let encoder = ResponsesEncoder::new(session, cursor, view.session.model()).starting_after(query.starting_after);
-    let follower = state.sessions.follow(&principal, session, cursor).await.map_err(|e| missing(e, &id))?;
-    Ok(stream::stream(&state, principal, session.to_string(), follower, Box::new(encoder)))
+    let found = find(&state, &principal, &id).await?;
+    let encoder = found.encoder().starting_after(query.starting_after);
+    let follower = found.follow(&state, &principal).await?;
+    Ok(stream::stream(&state, principal, found.session, follower, Box::new(encoder)))
 }
 
 /// `POST /v1/responses/{id}/cancel`: idempotent; answers the response as
@@ -219,30 +226,19 @@ pub async fn cancel(
     principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (encoder, session) = current(&state, &principal, &id).await?;
+    let found = find(&state, &principal, &id).await?;
+    let encoder = found.read(&state, &principal).await?;
     if encoder.status().is_final() {
         return Ok(Json(encoder.snapshot()).into_response());
     }
-    match state.sessions.cancel(&principal, &session).await {
+    match state.sessions.cancel(&principal, &found.session).await {
         // Ended meanwhile: the response says how.
         Ok(()) | Err(SessionError::Conflict(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    let (_, cursor) = parse_response_id(&id).ok_or_else(|| not_found(&id))?;
-    let view = state.sessions.get(&principal, &session).await.map_err(|e| missing(e, &id))?;
-    let mut encoder = ResponsesEncoder::new(&session, cursor, view.session.model());
-    let mut follower = state.sessions.follow(&principal, &session, cursor).await.map_err(|e| missing(e, &id))?;
-    let _ = tokio::time::timeout(CANCEL_WAIT, async {
-        while let Some(item) = follower.next().await {
-            if let FollowItem::Event(event) = item {
-                let _ = crate::protocol::Encoder::encode(&mut encoder, &event);
-                if encoder.status().is_final() {
-                    break;
-                }
-            }
-        }
-    })
-    .await;
+    let mut encoder = found.encoder();
+    let mut follower = found.follow(&state, &principal).await?;
+    let _ = tokio::time::timeout(CANCEL_WAIT, drive(&mut follower, &mut encoder, false)).await;
     Ok(Json(encoder.snapshot()).into_response())
 }
 
@@ -252,41 +248,63 @@ pub async fn delete(
     principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (_, session) = current(&state, &principal, &id).await?;
-    state.sessions.delete(&principal, &session).await.map_err(|e| missing(e, &id))?;
+    let found = find(&state, &principal, &id).await?;
+    state.sessions.delete(&principal, &found.session).await.map_err(|e| missing(e, &id))?;
     Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
 }
 
-/// The response as its log stands now, and its session's id; a 404 for
-/// an id that names no response the caller may see.
-async fn current(state: &AppState, principal: &Principal, id: &str) -> Result<(ResponsesEncoder, String), ApiError> {
+/// A response the caller may see: its session, cursor and model.
+struct Found {
+    id: String,
+    session: String,
+    cursor: u64,
+    model: String,
+}
+
+/// The response `id` names, checked: its session is the caller's and its
+/// first event starts a turn or a continuation; a 404 otherwise.
+async fn find(state: &AppState, principal: &Principal, id: &str) -> Result<Found, ApiError> {
     let (session, cursor) = parse_response_id(id).ok_or_else(|| not_found(id))?;
     let view = state.sessions.get(principal, session).await.map_err(|e| missing(e, id))?;
-    let mut encoder = ResponsesEncoder::new(session, cursor, view.session.model());
-    let mut after = cursor;
-    let mut first = true;
-    loop {
-        let events = state.sessions.read_log(principal, session, after, PAGE).await.map_err(|e| missing(e, id))?;
-        for event in &events {
-            // A response starts at a turn's start or a continuation.
-            if first
-                && !matches!(
-                    event.event.kind,
-                    crate::protocol::EventKind::TurnStarted { .. } | crate::protocol::EventKind::Resumed { .. }
-                )
-            {
-                return Err(not_found(id));
+    let first = state.sessions.read_log(principal, session, cursor, 1).await.map_err(|e| missing(e, id))?;
+    if !first.first().is_some_and(|e| matches!(e.event.kind, EventKind::TurnStarted { .. } | EventKind::Resumed { .. }))
+    {
+        return Err(not_found(id));
+    }
+    let model = view.session.model().to_string();
+    Ok(Found { id: id.to_string(), session: session.to_string(), cursor, model })
+}
+
+/// The response as its log stands now.
+async fn current(state: &AppState, principal: &Principal, id: &str) -> Result<ResponsesEncoder, ApiError> {
+    find(state, principal, id).await?.read(state, principal).await
+}
+
+impl Found {
+    fn encoder(&self) -> ResponsesEncoder {
+        ResponsesEncoder::new(&self.session, self.cursor, &self.model)
+    }
+
+    /// Its events as the log holds them now, a page at a time, to its end.
+    async fn read(&self, state: &AppState, principal: &Principal) -> Result<ResponsesEncoder, ApiError> {
+        let mut encoder = self.encoder();
+        let mut after = self.cursor;
+        loop {
+            let events = (state.sessions.read_log(principal, &self.session, after, PAGE).await)
+                .map_err(|e| missing(e, &self.id))?;
+            for event in &events {
+                let _ = encoder.encode(event);
             }
-            first = false;
-            let _ = crate::protocol::Encoder::encode(&mut encoder, event);
+            match events.last() {
+                Some(last) if events.len() == PAGE && !encoder.status().is_final() => after = last.seq,
+                _ => return Ok(encoder),
+            }
         }
-        if first {
-            return Err(not_found(id));
-        }
-        match events.last() {
-            Some(last) if events.len() == PAGE && !encoder.status().is_final() => after = last.seq,
-            _ => return Ok((encoder, session.to_string())),
-        }
+    }
+
+    /// Its events from its start, live until it ends.
+    async fn follow(&self, state: &AppState, principal: &Principal) -> Result<Follower, ApiError> {
+        state.sessions.follow(principal, &self.session, self.cursor).await.map_err(|e| missing(e, &self.id))
     }
 }
 

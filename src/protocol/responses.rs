@@ -237,17 +237,13 @@ impl ResponsesEncoder {
 
     /// One event of the response, numbered; kept back when the client
     /// has it (at or before `starting_after`).
-    fn push(&mut self, frames: &mut Vec<Frame>, kind: &'static str, mut fields: Map<String, Value>) {
+    fn push(&mut self, frames: &mut Vec<Frame>, kind: &'static str, fields: Map<String, Value>) {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         if self.starting_after.is_some_and(|after| sequence <= after) {
             return;
         }
-        let mut data = Map::with_capacity(fields.len() + 2);
-        data.insert("type".into(), kind.into());
-        data.append(&mut fields);
-        data.insert("sequence_number".into(), sequence.into());
-        frames.push(Frame::event(kind, Value::Object(data).to_string(), None));
+        frames.push(numbered(kind, fields, sequence));
     }
 
     fn lifecycle(&mut self, frames: &mut Vec<Frame>, kind: &'static str) {
@@ -439,6 +435,15 @@ impl ResponsesEncoder {
     }
 }
 
+/// The SSE frame of event `kind`: `{type, …fields, sequence_number}`.
+fn numbered(kind: &'static str, mut fields: Map<String, Value>, sequence: u64) -> Frame {
+    let mut data = Map::with_capacity(fields.len() + 2);
+    data.insert("type".into(), kind.into());
+    data.append(&mut fields);
+    data.insert("sequence_number".into(), sequence.into());
+    Frame::event(kind, Value::Object(data).to_string(), None)
+}
+
 fn part(kind: &str, text: &str) -> Value {
     if kind == "output_text" {
         json!({"type": kind, "text": text, "annotations": [], "logprobs": []})
@@ -511,19 +516,13 @@ impl Encoder for ResponsesEncoder {
     }
 
     fn failure(&mut self, code: &str, message: &str) -> Vec<Frame> {
-        let mut frames = Vec::new();
         let mut fields = Map::new();
         fields.insert("code".into(), code.into());
         fields.insert("message".into(), message.into());
         fields.insert("param".into(), Value::Null);
-        // Not numbered among the response's events: it is no part of the
+        // Not counted among the response's events: it is no part of the
         // response, and a resume must not skip one of them for it.
-        let mut data = Map::new();
-        data.insert("type".into(), "error".into());
-        data.append(&mut fields);
-        data.insert("sequence_number".into(), self.next_sequence.into());
-        frames.push(Frame::event("error", Value::Object(data).to_string(), None));
-        frames
+        vec![numbered("error", fields, self.next_sequence)]
     }
 
     fn held(&mut self, _held: &Held) -> Vec<Frame> {
