@@ -23,6 +23,8 @@
 //   {"poll": "<id>"}                         retrieve until the status is final
 //   {"cancel": "<id>"}                       responses.cancel(id)
 //   {"delete": "<id>"}                       responses.delete(id)
+//   {"inputItems": "<id>", "query"?: {...}}  responses.inputItems.list(id, query): every
+//                                            item, the SDK fetching page after page
 // Output: {"steps": [{"events"?, "response"?, "error"?: {"class", "status",
 // "type", "code", "message"}}], "exchanges": [{"method", "url", "status"}]}.
 // A step whose call throws records its error and the script goes on.
@@ -120,6 +122,11 @@ const run = async (step) => {
     throw new Error('the response never ended');
   }
   if (step.cancel) return { response: await openai.responses.cancel(step.cancel) };
+  if (step.inputItems) {
+    const items = [];
+    for await (const item of openai.responses.inputItems.list(step.inputItems, step.query ?? {})) items.push(item);
+    return { items };
+  }
   if (step.delete) return { deleted: (await openai.responses.delete(step.delete)) ?? null };
   throw new Error(`unknown step ${JSON.stringify(step)}`);
 };

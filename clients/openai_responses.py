@@ -9,7 +9,9 @@ Python twin of openai-responses.mjs, with the same script.
 Steps: {"create": {params}}, {"stream": {params}, "dropAfter"?: n},
 {"retrieveStream": id, "startingAfter"?: n}, {"helper": id, "startingAfter"?: n}
 (responses.stream(response_id=...) and its get_final_response()),
-{"retrieve": id}, {"poll": id}, {"cancel": id}, {"delete": id}, and
+{"retrieve": id}, {"poll": id}, {"cancel": id}, {"delete": id},
+{"inputItems": id, "query"?: {...}} (input_items.list: every item, page
+after page, each validated as the SDK's `ResponseItem`), and
 {"validate": "<path of an SSE transcript>"}: every event of the file checked
 with the SDK's own pydantic types (`ResponseStreamEvent`, strictly: a
 missing or mistyped field is an error). "on", "apiKey", "expectError" and
@@ -27,10 +29,11 @@ import typing
 
 import openai
 from openai import OpenAI
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response, ResponseItem, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 EVENT = TypeAdapter(ResponseStreamEvent)
+ITEM = TypeAdapter(ResponseItem)
 # Each event class of the union by its `type`, so that a mistake is named
 # against the one class it concerns.
 EVENT_CLASSES = {
@@ -126,6 +129,14 @@ def main():
         if "delete" in step:
             api.delete(step["delete"])
             return {"deleted": True}
+        if "inputItems" in step:
+            items = []
+            # The SDK fetches page after page; each item checked as its own type.
+            for item in api.input_items.list(step["inputItems"], **step.get("query", {})):
+                data = item.model_dump(mode="json", exclude_unset=True, warnings=False)
+                ITEM.validate_python(data)
+                items.append(data)
+            return {"items": items}
         if "validate" in step:
             return validate(step["validate"])
         raise RuntimeError(f"unknown step {step}")

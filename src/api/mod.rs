@@ -72,7 +72,8 @@ fn dialect_routes(dialect: Dialect) -> DialectRoutes {
         Dialect::Responses => routes
             .route("/v1/responses", post(responses::create))
             .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
-            .route("/v1/responses/{id}/cancel", post(responses::cancel)),
+            .route("/v1/responses/{id}/cancel", post(responses::cancel))
+            .route("/v1/responses/{id}/input_items", get(responses::input_items)),
     }
 }
 

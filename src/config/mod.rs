@@ -74,7 +74,27 @@ pub struct Config {
     /// Where `bash`, `read`, `patch` and the rlm REPL's `exec` run.
     pub sandbox: SandboxConfig,
     pub skills: SkillsConfig,
+    pub responses: ResponsesConfig,
 }
+
+/// `[responses]`: the OpenAI Responses API (`api/responses`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponsesConfig {
+    /// How long a response stays readable after it was created
+    /// (`retention_secs`): its object, its stream and its input items. Its
+    /// session's own expiry (`store.session_ttl_secs` idle) may end it
+    /// sooner.
+    pub retention: Duration,
+}
+
+impl Default for ResponsesConfig {
+    fn default() -> Self {
+        Self { retention: Duration::from_secs(DEFAULT_RESPONSE_RETENTION_SECS) }
+    }
+}
+
+/// A day: as long as an idle session lives by default.
+pub const DEFAULT_RESPONSE_RETENTION_SECS: u64 = 86_400;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -43,6 +43,14 @@ pub struct RawConfig {
     pub sandbox: RawSandbox,
     #[serde(default)]
     pub skills: RawSkills,
+    #[serde(default)]
+    pub responses: RawResponses,
+}
+
+/// `[responses]`: the OpenAI Responses API.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawResponses {
+    pub retention_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -27,9 +27,11 @@
 //! Subagents' events are not shown.
 //!
 //! The response object carries what the log knows: `id`, `created_at`,
-//! `status`, `model`, `output`, `usage`, `error`, `incomplete_details`.
-//! Request parameters that are not in the log (`instructions`, `tools`,
-//! `metadata`, `temperature`, …) are echoed as their defaults.
+//! `status`, `model`, `output`, `usage`, `error`, `incomplete_details`;
+//! and the request's parameters (`instructions`, `tools`, `metadata`,
+//! `temperature`, …) as the request that made the response sent them
+//! ([`ResponsesEncoder::echoing`]: kept beside the session, so every
+//! replica echoes the same), their defaults where it sent none.
 
 use serde_json::{Map, Value, json};
 
@@ -116,6 +118,8 @@ pub struct ResponsesEncoder {
     usage: Usage,
     error: Option<(String, String)>,
     finished: bool,
+    /// Request parameters shown in the response object over its defaults.
+    echo: Map<String, Value>,
 }
 
 impl ResponsesEncoder {
@@ -134,7 +138,19 @@ impl ResponsesEncoder {
             usage: Usage::default(),
             error: None,
             finished: false,
+            echo: Map::new(),
         }
+    }
+
+    /// Shows the request's parameters `echo` (`instructions`, `tools`,
+    /// `metadata`, …) in the response object in place of their defaults.
+    pub fn echoing(mut self, echo: Map<String, Value>) -> Self {
+        self.echo = echo;
+        self
+    }
+
+    pub fn response_id(&self) -> &str {
+        &self.response_id
     }
 
     /// Sends only the events after sequence number `after`.
@@ -173,7 +189,7 @@ impl ResponsesEncoder {
                 "total_tokens": self.usage.input_tokens + self.usage.output_tokens,
             })
         });
-        json!({
+        let mut response = json!({
             "id": self.response_id,
             "object": "response",
             "created_at": self.created_at.unwrap_or(0),
@@ -197,7 +213,12 @@ impl ResponsesEncoder {
             "truncation": "disabled",
             "usage": usage,
             "metadata": {},
-        })
+            "background": false,
+        });
+        if let Some(fields) = response.as_object_mut() {
+            fields.extend(self.echo.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        response
     }
 
     fn item_json(item: &Item) -> Value {

@@ -33,9 +33,12 @@ mod run;
 mod title;
 mod writer;
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
 
 use async_trait::async_trait;
@@ -372,6 +375,30 @@ impl Sessions {
             .iter()
             .filter_map(|stored| LogEvent::from_stored(key.id.clone(), stored.seq, &stored.payload).ok())
             .collect())
+    }
+
+    /// Keeps `value` under `name` beside the caller's session `id` for
+    /// `keep` ([`crate::store::Annexes`]): a document of the request that
+    /// made something in it (a Responses API request's input and
+    /// parameters). The caller has just seen or made the session.
+    pub async fn keep_annex(
+        &self,
+        principal: &Principal,
+        id: &str,
+        name: &str,
+        value: &str,
+        keep: Duration,
+    ) -> Result<(), SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        Ok(self.inner.store.annexes.put_annex(&key, name, value, keep).await?)
+    }
+
+    /// What [`Sessions::keep_annex`] kept under `name`, while it is kept.
+    /// The caller has checked that it may see the session (its tenant's
+    /// key is the only one read).
+    pub async fn annex(&self, principal: &Principal, id: &str, name: &str) -> Result<Option<String>, SessionError> {
+        let key = SessionKey::new(principal.tenant.clone(), id);
+        Ok(self.inner.store.annexes.get_annex(&key, name).await?)
     }
 
     /// Follows a turn this replica just started, from its first event.

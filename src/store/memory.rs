@@ -98,6 +98,8 @@ struct Stored {
     /// The workspace: manifest and blobs (`store::workspace`).
     files: BTreeMap<String, super::FileEntry>,
     blobs: HashMap<String, bytes::Bytes>,
+    /// Annexes (`store::annex`): name → value with its deadline.
+    annexes: HashMap<String, String>,
 }
 
 impl MemoryStore {
@@ -554,6 +556,24 @@ impl Notifications for MemoryStore {
 impl Health for MemoryStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[async_trait]
+impl super::Annexes for MemoryStore {
+    async fn put_annex(&self, key: &SessionKey, name: &str, value: &str, keep: Duration) -> Result<(), StoreError> {
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+        let field = super::annex::with_deadline(value, crate::domain::now_ms().saturating_add(keep_ms));
+        if let Some(session) = self.lock().sessions.get_mut(key) {
+            session.annexes.insert(name.to_string(), field);
+        }
+        Ok(())
+    }
+
+    async fn get_annex(&self, key: &SessionKey, name: &str) -> Result<Option<String>, StoreError> {
+        let inner = self.lock();
+        let field = inner.sessions.get(key).and_then(|session| session.annexes.get(name));
+        Ok(field.and_then(|field| super::annex::unexpired(field, crate::domain::now_ms())).map(str::to_string))
     }
 }
 

@@ -17,6 +17,7 @@
 //! tenant finds nothing, exactly like a missing session. Which sessions a
 //! subject has, and deleting one, is the [`Catalog`] (`catalog.rs`).
 
+mod annex;
 mod catalog;
 mod memory;
 mod redis;
@@ -35,6 +36,7 @@ use self::timed::Timed;
 use crate::{config::StoreConfig, telemetry::metrics::Metrics};
 
 pub use self::{
+    annex::Annexes,
     catalog::{Catalog, Deleted, Deletion, ListPosition, ListScope, Listed, Listing},
     memory::MemoryStore,
     redis::RedisStore,
@@ -573,6 +575,7 @@ pub struct Store {
     pub quotas: Arc<dyn Quotas>,
     pub catalog: Arc<dyn Catalog>,
     pub workspaces: Arc<dyn WorkspaceStore>,
+    pub annexes: Arc<dyn Annexes>,
     pub health: Arc<dyn Health>,
     /// `"redis"` or `"memory"`, for logs.
     pub kind: &'static str,
@@ -613,6 +616,7 @@ impl Store {
             + Quotas
             + Catalog
             + WorkspaceStore
+            + Annexes
             + Health
             + 'static,
     {
@@ -625,6 +629,7 @@ impl Store {
             quotas: backend.clone(),
             catalog: backend.clone(),
             workspaces: backend.clone(),
+            annexes: backend.clone(),
             health: backend,
             kind,
         }

@@ -16,6 +16,8 @@
 //!   plain `XADD`s, fenced by the id (`redis/sessions.rs`)
 //! - `{prefix}{t:<tenant>:s:<id>}:ws` — hash, the workspace's manifest: path →
 //!   `digest:size:mode`; `…:blobs` — hash, SHA-256 hex → content (`redis/workspace.rs`)
+//! - `{prefix}{t:<tenant>:s:<id>}:annex` — hash, name → `<deadline ms>:<value>`:
+//!   documents kept beside the session for a while (`redis/annex.rs`)
 //! - `{prefix}replicas` — zset instance → heartbeat deadline (server ms)
 //! - `{prefix}owned:<instance>:{b<k>}` — set of `tenant/id` the instance
 //!   owns, in 16 buckets by the session (`{prefix}owned:<instance>`, one
@@ -67,6 +69,7 @@
 //! [`conn::Spread`]: one pipeline on one Redis, each command routed to its
 //! slot's node on a cluster.
 
+mod annex;
 mod catalog;
 mod conn;
 mod liveness;
@@ -169,6 +172,9 @@ impl Keys {
     }
     fn blobs(&self, key: &SessionKey) -> String {
         self.session(key, "blobs")
+    }
+    fn annex(&self, key: &SessionKey) -> String {
+        self.session(key, "annex")
     }
     fn replicas(&self) -> String {
         format!("{}replicas", self.prefix)

@@ -242,6 +242,17 @@ impl<B: Health> Health for Timed<B> {
 }
 
 #[async_trait]
+impl<B: super::Annexes> super::Annexes for Timed<B> {
+    async fn put_annex(&self, key: &SessionKey, name: &str, value: &str, keep: Duration) -> Result<(), StoreError> {
+        self.time("annexes.put", self.inner.put_annex(key, name, value, keep)).await
+    }
+
+    async fn get_annex(&self, key: &SessionKey, name: &str) -> Result<Option<String>, StoreError> {
+        self.time("annexes.get", self.inner.get_annex(key, name)).await
+    }
+}
+
+#[async_trait]
 impl<B: super::WorkspaceStore> super::WorkspaceStore for Timed<B> {
     async fn files(&self, key: &SessionKey) -> Result<Vec<super::StoredFile>, StoreError> {
         self.time("workspaces.files", self.inner.files(key)).await

@@ -35,6 +35,7 @@ mod orchestrator;
 mod orchestrator_limits;
 mod providers;
 mod responses;
+mod responses_kept;
 mod restarts;
 mod sandbox;
 mod session_list;

@@ -27,7 +27,7 @@ use crate::{
 
 /// Runs `openai-responses.mjs` with `script` against `apps` (the first is
 /// step's `on: 0`); panics unless every step not marked `expectError` passed.
-async fn sdk(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
+pub(crate) async fn sdk(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
     script["urls"] = apps[1..].iter().map(|app| Value::String(app.url("/v1"))).collect();
     let (ok, output) = run_client("openai-responses.mjs", &apps[0].url("/v1"), token, &script).await;
     assert!(ok, "{output}");
@@ -35,7 +35,7 @@ async fn sdk(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
 }
 
 /// Runs `clients/openai_responses.py` (the Python SDK) like [`sdk`].
-async fn python(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
+pub(crate) async fn python(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> {
     script["urls"] = apps[1..].iter().map(|app| Value::String(app.url("/v1"))).collect();
     let clients = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients");
     let interpreter = clients.join(".venv-py/bin/python");
@@ -62,7 +62,7 @@ async fn python(apps: &[TestApp], token: &str, mut script: Value) -> Vec<Value> 
     value["steps"].as_array().unwrap().clone()
 }
 
-fn events(step: &Value) -> &Vec<Value> {
+pub(crate) fn events(step: &Value) -> &Vec<Value> {
     step["events"].as_array().unwrap()
 }
 
@@ -397,7 +397,7 @@ async fn the_python_sdk_answers_an_approval_polls_a_background_response_and_canc
 }
 
 /// An OpenAI error body with `status`, its `type` and a message naming `part`.
-async fn assert_openai_error(response: reqwest::Response, status: u16, kind: &str, part: &str) {
+pub(crate) async fn assert_openai_error(response: reqwest::Response, status: u16, kind: &str, part: &str) {
     assert_eq!(response.status().as_u16(), status);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["type"], kind, "{body}");

@@ -5,7 +5,7 @@
 //!
 //! This file holds the harness and helpers; the behaviours are grouped in
 //! `store_contract/` (commits, the log, instances and ownership,
-//! notifications, quotas, the catalog), plus the Redis-only tests (outages, reconnection,
+//! notifications, quotas, the catalog, annexes), plus the Redis-only tests (outages, reconnection,
 //! backoff, lost answers) in `redis_only.rs`.
 
 use std::time::Duration;
@@ -214,6 +214,7 @@ where
     }
 }
 
+mod annexes;
 mod appends;
 mod catalog;
 mod cluster_only;

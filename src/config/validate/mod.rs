@@ -230,6 +230,12 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
     let anonymous = raw.anonymous.and_then(|raw| validate_anonymous(&mut errors, raw, &tenants));
     let sandbox = super::sandbox::validate_sandbox(&mut errors, raw.sandbox);
     let skills = super::sandbox::validate_skills(&mut errors, raw.skills);
+    let responses = super::ResponsesConfig {
+        retention: secs(
+            positive(&mut errors, "responses.retention_secs", raw.responses.retention_secs),
+            super::DEFAULT_RESPONSE_RETENTION_SECS,
+        ),
+    };
     for (i, tool) in tools.iter().enumerate() {
         if ["bash", "read", "patch"].contains(&tool.name.as_str()) {
             errors.push(format!("tools[{i}].name"), format!("{:?} is the name of a default tool", tool.name));
@@ -250,6 +256,7 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         uses_builtin_dev_secret: false,
         sandbox,
         skills,
+        responses,
     })
 }
 

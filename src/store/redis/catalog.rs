@@ -93,6 +93,7 @@ impl Catalog for RedisStore {
             .key(self.keys.events(key))
             .key(self.keys.manifest(key))
             .key(self.keys.blobs(key))
+            .key(self.keys.annex(key))
             .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
