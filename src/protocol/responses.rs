@@ -1,4 +1,4 @@
-//! The OpenAI Responses API's stream (docs/protocols.md §8), as the
+//! The OpenAI Responses API's stream (docs/protocols.md §9), as the
 //! official SDKs parse it: one response is the part of a session's log
 //! that one request started — a turn, or a paused turn's continuation —
 //! from the event after its cursor to the `paused` or `turn_ended` that

@@ -22,12 +22,12 @@ async fn every_replica_lists_a_responses_input_items_and_echoes_its_parameters()
     let chart = json!({"type": "function", "name": "render_chart", "description": "Draw a chart",
         "parameters": {"type": "object", "properties": {"metric": {"type": "string"}}}});
     let params = json!({"model": "mock", "instructions": "You draw charts.", "tools": [chart],
-        "metadata": {"ticket": "T-7"}, "temperature": 0.5, "max_output_tokens": 300, "tool_choice": "auto",
-        "input": [
-            {"role": "user", "content": "chart the refunds"},
-            {"role": "assistant", "content": "Which month?"},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "March"}]},
-        ]});
+    "metadata": {"ticket": "T-7"}, "temperature": 0.5, "max_output_tokens": 300, "tool_choice": "auto",
+    "input": [
+        {"role": "user", "content": "chart the refunds"},
+        {"role": "assistant", "content": "Which month?"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "March"}]},
+    ]});
     let steps = sdk(
         &w.apps,
         &w.token,
@@ -117,9 +117,8 @@ async fn a_response_is_gone_after_its_retention_and_its_session_stays() {
     let w = world(2, |options| options.extra_toml.push_str("\n[responses]\nretention_secs = 1\n")).await;
     w.upstream.push(Reply::new().text(["Kept a second."]));
     let (a, b, token) = (&w.apps[0], &w.apps[1], Some(w.token.as_str()));
-    let made: Value = (a.post_json("/v1/responses", token, &json!({"model": "mock", "input": "hi"})).await.json())
-        .await
-        .unwrap();
+    let made: Value =
+        (a.post_json("/v1/responses", token, &json!({"model": "mock", "input": "hi"})).await.json()).await.unwrap();
     let id = made["id"].as_str().unwrap();
     let response = format!("/v1/responses/{id}");
     assert_eq!(b.get(&response, token).await.status(), 200, "readable at first");

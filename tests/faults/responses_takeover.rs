@@ -6,7 +6,8 @@
 //! contiguous sequence numbers, nothing lost or repeated, the answer whole;
 //! the Python SDK (`openai` on PyPI) gets the same events through nginx.
 //! First, on the same cluster, each SDK holds a conversation through nginx
-//! (a function tool, polling, a cancel, the error classes).
+//! (a function tool, polling, a cancel, the error classes, an approval,
+//! input items).
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
@@ -32,6 +33,16 @@ async fn behind_nginx() -> (Cluster, Nginx, String) {
         lease_ttl_secs: LEASE_TTL_SECS,
         chunk_delay: Duration::from_millis(40),
         agent_toml: "titles = false\n".into(),
+        // A server tool that asks first: the approval round trip.
+        extra_toml: r#"
+[[tools]]
+name = "refund_order"
+description = "Refund an order."
+parameters = { type = "object", properties = { id = { type = "string" } } }
+builtin = "demo"
+permission = "ask"
+"#
+        .into(),
         ..ClusterOptions::default()
     })
     .await;
@@ -185,11 +196,12 @@ async fn session_ids(cluster: &Cluster) -> Vec<String> {
 /// The SDKs' other calls through the same nginx, each request going to
 /// the next replica: a function tool round trip with `previous_response_id`,
 /// a background response polled to `completed`, a cancel of a running one,
-/// and the error classes.
+/// the error classes, an approval round trip, and a response's input items.
 async fn conversation(cluster: &Cluster, base: &str) {
     cluster
         .upstream
         .add_script("chart", vec![ScriptedCall::new("call_chart", "render_chart", json!({"metric": "eta"}))]);
+    cluster.upstream.add_script("refund", vec![ScriptedCall::new("call_refund", "refund_order", json!({"id": "42"}))]);
     let chart = json!({"type": "function", "name": "render_chart", "parameters": {"type": "object"}});
     let script = |run: &str| {
         json!({"steps": [
@@ -206,6 +218,11 @@ async fn conversation(cluster: &Cluster, base: &str) {
             {"retrieve": "$4.events.0.response.id"},
             {"apiKey": "not-a-key", "retrieve": "$4.events.0.response.id", "expectError": true},
             {"retrieve": "resp_1_no-such-session", "expectError": true},
+            {"create": {"model": "mock", "input": format!("script:refund words:4 {run}")}},
+            {"create": {"model": "mock", "previous_response_id": "$9.response.id",
+                "input": [{"type": "mcp_approval_response", "approve": true,
+                    "approval_request_id": "$9.response.output.0.id"}]}},
+            {"inputItems": "$10.response.id"},
         ]})
     };
     for (sdk_name, output) in [
@@ -229,5 +246,21 @@ async fn conversation(cluster: &Cluster, base: &str) {
         assert_eq!(steps[6]["response"]["status"], "cancelled", "{}", logs());
         assert_eq!(steps[7]["error"]["class"], "AuthenticationError", "{}", logs());
         assert_eq!(steps[8]["error"]["class"], "NotFoundError", "{}", logs());
+        // The ask ends the response; the approval, on the next replica,
+        // runs the tool and the answer follows.
+        let asked = &steps[9]["response"]["output"][0];
+        assert_eq!(
+            (asked["type"].as_str(), asked["name"].as_str()),
+            (Some("mcp_approval_request"), Some("refund_order")),
+            "{}",
+            logs()
+        );
+        let approved = &steps[10]["response"];
+        assert_eq!(approved["output"][0]["type"], "mcp_call", "{}", logs());
+        assert_eq!(approved["output"][0]["status"], "completed", "{}", logs());
+        assert_eq!(approved["output_text"], expected_answer(4), "{}", logs());
+        let items = steps[11]["items"].as_array().unwrap();
+        assert_eq!(items[0]["type"], "mcp_approval_response", "{}", logs());
+        assert_eq!(items[0]["approval_request_id"], asked["id"], "{}", logs());
     }
 }

@@ -1,4 +1,4 @@
-//! The OpenAI Responses API (docs/protocols.md §8), for the official SDKs
+//! The OpenAI Responses API (docs/protocols.md §9), for the official SDKs
 //! pointed at `<gateway>/v1` with a Switchboard credential as their API
 //! key:
 //!
@@ -13,12 +13,18 @@
 //! - `GET /v1/responses/{id}` (the response as it stands), with
 //!   `?stream=true[&starting_after=N]` its events (all, or those after N),
 //!   live until it ends; `POST /v1/responses/{id}/cancel`;
-//!   `DELETE /v1/responses/{id}` (its conversation's session with it).
+//!   `DELETE /v1/responses/{id}` (its conversation's session with it);
+//!   `GET /v1/responses/{id}/input_items`.
 //!
 //! A response id names its session and the log cursor its events start
 //! after (`protocol::responses::response_id`): any replica finds it in the
-//! store, and the encoder makes the same events from the same log. It
-//! lives as long as its session does (`store.session_ttl_secs`).
+//! store, and the encoder makes the same events from the same log. What
+//! the log does not hold — the request's input items and the parameters
+//! its response object echoes — is kept beside the session
+//! ([`request::Record`], a store annex) when the response is made, and
+//! listed by `GET /v1/responses/{id}/input_items`. A response is readable
+//! for `responses.retention_secs` after it was made (its session's own
+//! expiry may end it sooner); then it is a 404, and its session lives on.
 //!
 //! Function tools are the client's (pause mode: the response ends with
 //! `function_call` items); server tools' asks end it with

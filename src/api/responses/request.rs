@@ -14,35 +14,15 @@ use crate::{
     error::ApiError,
 };
 
-/// The request fields OpenAI's API takes; the ones not listed as used
-/// are accepted and have no effect (docs/protocols.md §8 lists them). An
-/// unknown field is a 400, as OpenAI answers it.
-const KNOWN_FIELDS: &[&str] = &[
+/// The request fields OpenAI's API takes besides the [`ECHOED`] ones;
+/// those not used are accepted and have no effect (docs/protocols.md §9
+/// lists them). An unknown field is a 400, as OpenAI answers it.
+const NOT_ECHOED: &[&str] = &[
     "model",
     "input",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "previous_response_id",
-    "background",
     "stream",
-    "store",
-    "metadata",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "parallel_tool_calls",
-    "user",
-    "reasoning",
-    "text",
-    "truncation",
     "include",
-    "prompt_cache_key",
-    "safety_identifier",
-    "service_tier",
     "stream_options",
-    "top_logprobs",
-    "max_tool_calls",
     "prompt",
     "conversation",
     "context_management",
@@ -155,7 +135,7 @@ impl Request {
     pub fn read(body: Value) -> Result<Self, ApiError> {
         let echo = match body.as_object() {
             Some(object) => {
-                if let Some(unknown) = object.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
+                if let Some(unknown) = object.keys().find(|k| !ECHOED.contains(&k.as_str()) && !NOT_ECHOED.contains(&k.as_str())) {
                     return Err(ApiError::bad_request(format!("Unrecognized request argument supplied: {unknown}")));
                 }
                 (object.iter())
