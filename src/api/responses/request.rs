@@ -135,7 +135,9 @@ impl Request {
     pub fn read(body: Value) -> Result<Self, ApiError> {
         let echo = match body.as_object() {
             Some(object) => {
-                if let Some(unknown) = object.keys().find(|k| !ECHOED.contains(&k.as_str()) && !NOT_ECHOED.contains(&k.as_str())) {
+                if let Some(unknown) =
+                    object.keys().find(|k| !ECHOED.contains(&k.as_str()) && !NOT_ECHOED.contains(&k.as_str()))
+                {
                     return Err(ApiError::bad_request(format!("Unrecognized request argument supplied: {unknown}")));
                 }
                 (object.iter())
