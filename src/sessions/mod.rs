@@ -421,14 +421,24 @@ impl Sessions {
                 record.last_seq
             )));
         }
-        if record.last_seq > after {
-            let bounds = self.inner.store.log.read_after(&key, after, 1).await?;
-            if bounds.first_seq > after + 1 {
-                return Err(SessionError::CursorExpired { after, first_seq: bounds.first_seq });
+        // The cursor's bounds and, for a session whose owner is gone, its
+        // takeover, at once: a rejoin after a replica died waits for one
+        // of them, not both in turn (taking it over is right whatever the
+        // cursor).
+        let bounds = async {
+            match record.last_seq > after {
+                true => self.inner.store.log.read_after(&key, after, 1).await.map(|b| Some(b.first_seq)),
+                false => Ok(None),
             }
-        }
-        if session.needs_owner() {
-            ownership::take_over_if_orphaned(self, &key, record).await;
+        };
+        let takeover = async {
+            if session.needs_owner() {
+                ownership::take_over_if_orphaned(self, &key, record).await;
+            }
+        };
+        let (first_seq, ()) = tokio::join!(bounds, takeover);
+        if let Some(first_seq) = first_seq?.filter(|first| *first > after + 1) {
+            return Err(SessionError::CursorExpired { after, first_seq });
         }
         Ok(self.inner.hub.follow(key, context_from, after, !session.status().is_active()).await)
     }
@@ -459,6 +469,19 @@ impl Sessions {
         let Some(record) = self.inner.store.sessions.load(key, history).await? else { return Ok(None) };
         let session = decode(&record)?;
         Ok(Some((record, session)))
+    }
+
+    /// The stored session with its conversation and the log after its
+    /// checkpoint, in one read when it is short ([`crate::store::SessionStore::load_with_tail`]):
+    /// what a takeover reads.
+    async fn load_with_tail(
+        &self,
+        key: &SessionKey,
+        limit: usize,
+    ) -> Result<Option<(Record, Session, Option<Vec<crate::store::StoredEvent>>)>, SessionError> {
+        let Some(loaded) = self.inner.store.sessions.load_with_tail(key, limit).await? else { return Ok(None) };
+        let session = decode(&loaded.record)?;
+        Ok(Some((loaded.record, session, loaded.tail)))
     }
 
     /// Counts `key` as running for its tenant when the tenant caps running

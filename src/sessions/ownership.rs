@@ -47,7 +47,12 @@
 //! takes the session and records what the takeover implies (a
 //! `step_restarted` where a step was cut short; "outcome unknown" results
 //! for tools that must not run twice): of several replicas looking at once,
-//! exactly one wins, and the runner is started once.
+//! exactly one wins, and the runner is started once. It reads the session
+//! once: state, conversation and the cut step's events (those after the
+//! checkpoint, when at most [`PARTIAL_PAGE`]) in one atomic read
+//! (`SessionStore::load_with_tail`), then commits. A client rejoining a
+//! session whose owner is gone waits for that takeover and its cursor's
+//! check together, not in turn.
 
 use std::{sync::atomic::Ordering, time::Duration};
 
@@ -62,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Sessions, Stop, fence_of, hub::Wake};
 use crate::{
     domain::{EventKind, LogEvent, StepRestart},
-    store::{OwnerChange, Record, SessionKey},
+    store::{OwnerChange, Record, SessionKey, StoredEvent},
 };
 
 /// Sessions examined per sweep pass and source.
@@ -327,7 +332,8 @@ pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey,
 /// Takes `key` over if whoever `expect` names still owns it and it is
 /// active, and starts its runner here.
 async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Outcome {
-    let loaded = match sessions.load(key, true).await {
+    // One read: the session, its conversation and the cut step's events.
+    let loaded = match sessions.load_with_tail(key, PARTIAL_PAGE).await {
         Ok(Some(loaded)) => loaded,
         Ok(None) => return Outcome::Nothing,
         Err(e) => {
@@ -335,7 +341,7 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
             return Outcome::Failed;
         }
     };
-    let (record, mut session) = loaded;
+    let (record, mut session, tail) = loaded;
     let owner_matches = match &expect {
         Expect::Dead(instance) => record.owner.as_deref() == Some(instance.as_str()),
         Expect::Nobody => record.owner.is_none(),
@@ -344,7 +350,7 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
     if !session.needs_owner() || !owner_matches {
         return Outcome::Nothing;
     }
-    let (restart, continuation) = match cut_step(sessions, key, &record, session.model()).await {
+    let (restart, continuation) = match cut_step(sessions, key, &record, tail, session.model()).await {
         Ok(cut) => cut,
         Err(e) => {
             tracing::warn!(session = %key.id, error = %e, "cannot read the log to take a session over");
@@ -397,21 +403,27 @@ async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Out
 }
 
 /// What became of the model step the previous owner was streaming: its
-/// main-agent output after the last commit that wrote the state. A step
+/// main-agent output after the last commit that wrote the state (`tail`,
+/// read with the session; paged from the log when it was longer). A step
 /// with only text continues from that text where the model is configured
 /// to (`continue_partial`); any other cut step is generated again.
 async fn cut_step(
     sessions: &Sessions,
     key: &SessionKey,
     record: &Record,
+    tail: Option<Vec<StoredEvent>>,
     model: &str,
 ) -> Result<(StepRestart, Option<String>), super::SessionError> {
     let (mut text, mut other) = (String::new(), false);
     let mut after = record.checkpoint_seq;
+    let mut read = tail;
     while after < record.last_seq {
-        let range = sessions.store().log.read_after(key, after, PARTIAL_PAGE).await?;
-        let Some(last) = range.events.last().map(|e| e.seq) else { break };
-        for stored in &range.events {
+        let events = match read.take() {
+            Some(events) => events,
+            None => sessions.store().log.read_after(key, after, PARTIAL_PAGE).await?.events,
+        };
+        let Some(last) = events.last().map(|e| e.seq) else { break };
+        for stored in &events {
             let Ok(event) = LogEvent::from_stored(key.id.clone(), stored.seq, &stored.payload) else { continue };
             if event.event.agent.agent_id != "main" {
                 continue;

@@ -113,6 +113,24 @@ impl MemoryStore {
         }
     }
 
+    /// A session's record as a load answers it.
+    fn record_of(s: &Stored, history: bool) -> Record {
+        Record {
+            version: s.version,
+            doc: s.doc.clone(),
+            owner: (!s.owner.is_empty()).then(|| s.owner.clone()),
+            last_owner: (!s.last_owner.is_empty()).then(|| s.last_owner.clone()),
+            epoch: s.epoch,
+            last_seq: s.last_seq,
+            checkpoint_seq: s.checkpoint_seq,
+            turn_start_seq: s.turn_start_seq,
+            message_count: s.messages.len() as u64,
+            messages: history.then(|| s.messages.clone()),
+            cancel_requested: s.cancel,
+            relays: s.relays.iter().map(|(id, decision)| (id.clone(), decision.clone())).collect(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave a half-applied write
         // (checks come before mutations), so a poisoned lock is still usable.
@@ -331,21 +349,19 @@ impl MemoryStore {
 #[async_trait]
 impl SessionStore for MemoryStore {
     async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError> {
+        Ok(self.lock().sessions.get(key).map(|s| Self::record_of(s, history)))
+    }
+
+    async fn load_with_tail(&self, key: &SessionKey, limit: usize) -> Result<Option<super::Loaded>, StoreError> {
+        // One lock: the record and its log as one snapshot.
         let inner = self.lock();
-        Ok(inner.sessions.get(key).map(|s| Record {
-            version: s.version,
-            doc: s.doc.clone(),
-            owner: (!s.owner.is_empty()).then(|| s.owner.clone()),
-            last_owner: (!s.last_owner.is_empty()).then(|| s.last_owner.clone()),
-            epoch: s.epoch,
-            last_seq: s.last_seq,
-            checkpoint_seq: s.checkpoint_seq,
-            turn_start_seq: s.turn_start_seq,
-            message_count: s.messages.len() as u64,
-            messages: history.then(|| s.messages.clone()),
-            cancel_requested: s.cancel,
-            relays: s.relays.iter().map(|(id, decision)| (id.clone(), decision.clone())).collect(),
-        }))
+        let Some(stored) = inner.sessions.get(key) else { return Ok(None) };
+        let record = Self::record_of(stored, true);
+        let after = record.checkpoint_seq;
+        let retained = stored.last_seq <= after || stored.log.front().is_none_or(|first| first.seq <= after + 1);
+        let tail: Vec<StoredEvent> = stored.log.iter().filter(|e| e.seq > after).take(limit + 1).cloned().collect();
+        let tail = (retained && tail.len() <= limit).then_some(tail);
+        Ok(Some(super::Loaded { record, tail }))
     }
 
     async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {

@@ -127,6 +127,16 @@ pub struct Record {
     pub relays: Vec<(String, Option<String>)>,
 }
 
+/// A session read with the events after its checkpoint
+/// ([`SessionStore::load_with_tail`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    pub record: Record,
+    /// The events with seq > `record.checkpoint_seq`, ascending, gapless;
+    /// `None` when there were more than asked for.
+    pub tail: Option<Vec<StoredEvent>>,
+}
+
 /// What a commit requires of the stored session, checked atomically with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fence {
@@ -338,6 +348,13 @@ pub enum CancelRequest {
 pub trait SessionStore: Send + Sync {
     /// The session, with its conversation when `history`.
     async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError>;
+
+    /// The session with its conversation, and the events after its
+    /// checkpoint (the step in progress, which a takeover cuts) when at
+    /// most `limit` follow it, in the same atomic read where the backend
+    /// allows: a takeover's one read. The tail is `None` when more follow
+    /// (the caller pages them with [`EventLog::read_after`]).
+    async fn load_with_tail(&self, key: &SessionKey, limit: usize) -> Result<Option<Loaded>, StoreError>;
 
     /// Applies each commit atomically and independently (in one round trip
     /// where the backend allows); results in the same order. Commits of one

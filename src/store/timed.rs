@@ -78,6 +78,10 @@ impl<B: SessionStore> SessionStore for Timed<B> {
         self.time("sessions.load", self.inner.load(key, history)).await
     }
 
+    async fn load_with_tail(&self, key: &SessionKey, limit: usize) -> Result<Option<super::Loaded>, StoreError> {
+        self.time("sessions.load_with_tail", self.inner.load_with_tail(key, limit)).await
+    }
+
     async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
         let started = Instant::now();
         let results = self.inner.commit(commits).await;

@@ -24,17 +24,21 @@ impl EventLog for RedisStore {
             .map_err(map_err)?;
         let events = entries
             .into_iter()
-            .map(|(id, fields)| {
-                let payload = fields
-                    .chunks_exact(2)
-                    .find(|pair| pair[0] == "e")
-                    .map(|pair| pair[1].clone())
-                    .ok_or_else(|| StoreError::Corrupt(format!("event {id} has no field e")))?;
-                Ok(StoredEvent { seq: parse_seq(&id)?, payload })
-            })
+            .map(|(id, fields)| Ok(StoredEvent { seq: parse_seq(&id)?, payload: payload(&id, fields)? }))
             .collect::<Result<_, StoreError>>()?;
         Ok(LogRange { events, first_seq: parse_seq(&first)?, last_seq: parse_seq(&last)? })
     }
+}
+
+/// An entry's event: its field `e`.
+pub(super) fn payload(id: &str, fields: Vec<String>) -> Result<String, StoreError> {
+    let mut fields = fields.into_iter();
+    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+        if name == "e" {
+            return Ok(value);
+        }
+    }
+    Err(StoreError::Corrupt(format!("event {id} has no field e")))
 }
 
 /// Stream ids are `<epoch>-<seq>` (`0-<seq>` in logs of older builds).

@@ -24,8 +24,8 @@ use super::{
     map_err,
 };
 use crate::store::{
-    Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, MessagesWrite, OwnerChange,
-    Record, SessionKey, SessionStore, SessionWrite, StoreError, Wrote, is_active,
+    Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, Loaded, MessagesWrite,
+    OwnerChange, Record, SessionKey, SessionStore, SessionWrite, StoreError, StoredEvent, Wrote, is_active,
 };
 
 impl RedisStore {
@@ -280,35 +280,23 @@ impl RedisStore {
 #[async_trait]
 impl SessionStore for RedisStore {
     async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<Record>, StoreError> {
-        // One transaction (the keys share a hash tag): the log's end and the
-        // conversation are the ones the state describes, never ones a
-        // commit between the reads changed. The owner's plain appends since
-        // its last commit are in the stream only: its newest entry says
-        // where the log ends.
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("HGETALL").arg(self.keys.state(key));
-        pipe.cmd("XREVRANGE").arg(self.keys.events(key)).arg("+").arg("-").arg("COUNT").arg(1);
-        if history {
-            pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
+        Ok(self.read_session(key, history, 1).await?.map(|(record, _)| record))
+    }
+
+    async fn load_with_tail(&self, key: &SessionKey, limit: usize) -> Result<Option<Loaded>, StoreError> {
+        // The newest `limit + 1` entries: when the checkpoint's next seq is
+        // among them, they hold the whole tail.
+        let Some((record, newest)) = self.read_session(key, true, limit + 1).await? else { return Ok(None) };
+        let after = record.checkpoint_seq;
+        let mut tail = Vec::with_capacity(newest.len());
+        for (id, fields) in newest.into_iter().rev() {
+            let seq = super::log::parse_seq(&id)?;
+            if seq > after {
+                tail.push(StoredEvent { seq, payload: super::log::payload(&id, fields)? });
+            }
         }
-        type Newest = Vec<(String, Vec<String>)>;
-        let mut conn = self.connection();
-        let (fields, newest, messages): (HashMap<String, String>, Newest, Option<Vec<String>>) = if history {
-            let (fields, newest, messages): (_, _, Vec<String>) = pipe.query_async(&mut conn).await.map_err(map_err)?;
-            (fields, newest, Some(messages))
-        } else {
-            let (fields, newest) = pipe.query_async(&mut conn).await.map_err(map_err)?;
-            (fields, newest, None)
-        };
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let mut record = record(fields, messages)?;
-        if let Some((id, _)) = newest.first() {
-            record.last_seq = record.last_seq.max(super::log::parse_seq(id)?);
-        }
-        Ok(Some(record))
+        let whole = record.last_seq <= after || tail.first().is_some_and(|first| first.seq == after + 1);
+        Ok(Some(Loaded { tail: (whole && tail.len() <= limit).then_some(tail), record }))
     }
 
     async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
@@ -548,3 +536,46 @@ fn record(mut fields: HashMap<String, String>, messages: Option<Vec<String>>) ->
         relays,
     })
 }
+
+impl RedisStore {
+    /// A session's state, with its conversation when `history`, and the
+    /// newest `newest` entries of its log (newest first), in one
+    /// transaction (the keys share a hash tag): the log's end and the
+    /// conversation are the ones the state describes, never ones a commit
+    /// between the reads changed. The owner's plain appends since its last
+    /// commit are in the stream only: its newest entry says where the log
+    /// ends.
+    async fn read_session(
+        &self,
+        key: &SessionKey,
+        history: bool,
+        newest: usize,
+    ) -> Result<Option<(Record, Vec<Entry>)>, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("HGETALL").arg(self.keys.state(key));
+        pipe.cmd("XREVRANGE").arg(self.keys.events(key)).arg("+").arg("-").arg("COUNT").arg(newest.max(1));
+        if history {
+            pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
+        }
+        let mut conn = self.connection();
+        let (fields, newest, messages): (HashMap<String, String>, Vec<Entry>, Option<Vec<String>>) = if history {
+            let (fields, newest, messages): (_, _, Vec<String>) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, newest, Some(messages))
+        } else {
+            let (fields, newest) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, newest, None)
+        };
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let mut record = record(fields, messages)?;
+        if let Some((id, _)) = newest.first() {
+            record.last_seq = record.last_seq.max(super::log::parse_seq(id)?);
+        }
+        Ok(Some((record, newest)))
+    }
+}
+
+/// A stream entry as `XRANGE` answers it: its id and its fields.
+type Entry = (String, Vec<String>);

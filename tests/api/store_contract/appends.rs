@@ -14,6 +14,7 @@ contract!(
     a_read_finds_its_cursor_in_any_tenure,
     appends_are_announced_when_asked_and_the_owner_hears_of_a_new_follower,
     while_it_runs_only_the_owner_appends_events,
+    a_takeovers_read_has_the_events_after_the_checkpoint_when_they_are_few,
 );
 
 impl Tenure {
@@ -239,4 +240,32 @@ async fn while_it_runs_only_the_owner_appends_events(backend: Backend) {
     commit_one(&h.store, quiet).await.expect("a commit without events");
     tenure.stream(&h.store, 2, 2).await;
     assert_eq!(seqs_after(&h.store, &k, 0, 10).await, vec![1, 2]);
+}
+
+async fn a_takeovers_read_has_the_events_after_the_checkpoint_when_they_are_few(backend: Backend) {
+    let h = backend.open();
+    let k = key("acme", "s1");
+    let mut tenure = create_owned(&h.store, &k, "a#1").await;
+    tenure.append(&h.store, 1, 2).await;
+    let mut commit = tenure.next();
+    commit.state = state("checkpoint", "running");
+    commit_one(&h.store, commit).await.unwrap();
+    let tail = |loaded: Option<switchboard::store::Loaded>| {
+        let loaded = loaded.expect("the session is there");
+        assert_eq!(loaded.record.checkpoint_seq, 2);
+        assert!(loaded.record.messages.is_some(), "with its conversation");
+        loaded.tail.map(|events| events.iter().map(|e| e.seq).collect::<Vec<_>>())
+    };
+    // Nothing after the checkpoint yet: an empty tail.
+    assert_eq!(tail(h.store.sessions.load_with_tail(&k, 4).await.unwrap()), Some(vec![]));
+    // The step in progress: plain appends after it, in the read.
+    tenure.stream(&h.store, 3, 6).await;
+    let loaded = h.store.sessions.load_with_tail(&k, 4).await.unwrap();
+    assert_eq!(loaded.as_ref().unwrap().record.last_seq, 6);
+    assert_eq!(tail(loaded), Some(vec![3, 4, 5, 6]));
+    assert_eq!(h.store.sessions.load_with_tail(&k, 4).await.unwrap().unwrap().tail.unwrap()[0].payload, r#"{"n":3}"#);
+    // More than asked for: none, the caller pages.
+    tenure.stream(&h.store, 7, 7).await;
+    assert_eq!(tail(h.store.sessions.load_with_tail(&k, 4).await.unwrap()), None);
+    assert_eq!(h.store.sessions.load_with_tail(&key("acme", "nope"), 4).await, Ok(None));
 }
