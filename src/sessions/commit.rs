@@ -201,6 +201,7 @@ impl Sessions {
                             if t.cancel {
                                 running.stop(Stop::Cancel);
                             }
+                            sessions.inner.hints.settled(ownership::SETTLE_MAX).await;
                             (Some(t.from), t.continuation)
                         }
                         None => (None, None),

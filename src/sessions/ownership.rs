@@ -52,9 +52,15 @@
 //! checkpoint, when at most [`PARTIAL_PAGE`]) in one atomic read
 //! (`SessionStore::load_with_tail`), then commits. A client rejoining a
 //! session whose owner is gone waits for that takeover and its cursor's
-//! check together, not in turn.
+//! check together, not in turn. A turn taken over starts its model call
+//! once no other takeover runs on this replica (at most [`SETTLE_MAX`]
+//! later): after a replica with many chats died, every client gets its
+//! `step_restarted` before the cores go to the regenerated answers.
 
-use std::{sync::atomic::Ordering, time::Duration};
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
 
 use dashmap::DashMap;
 use futures::StreamExt;
@@ -101,6 +107,9 @@ const CHECK_GAP: Duration = Duration::from_millis(20);
 /// takeover by this replica (a follow of a live owner's session that
 /// long is an ordinary cross-replica follow).
 const AWAITED_FOR: Duration = Duration::from_secs(60);
+/// How long a turn taken over waits for the other takeovers here to end
+/// before its model call ([`Hints::settled`]).
+pub(super) const SETTLE_MAX: Duration = Duration::from_millis(200);
 
 /// What the hint checker knows, shared with the requests.
 #[derive(Default)]
@@ -115,6 +124,49 @@ pub(super) struct Hints {
     /// A request found a session of an instance it cannot tell is dead:
     /// check now rather than at the next tick.
     check_now: Notify,
+    /// Takeovers running on this replica, and a wake-up when none is left
+    /// ([`Hints::settled`]).
+    in_flight: AtomicUsize,
+    settled: Notify,
+}
+
+impl Hints {
+    /// Waits, at most `max`, until no takeover runs here: a turn taken
+    /// over starts its model call after a burst of takeovers (a replica
+    /// that died with many chats), so that every client waiting on one
+    /// gets its `step_restarted` before the CPU goes to the regenerated
+    /// answers (load-tests/RESULTS.md, issue 28).
+    pub(super) async fn settled(&self, max: Duration) {
+        let deadline = Instant::now() + max;
+        loop {
+            // Registered before the check: a wake-up between the two is not lost.
+            let settled = self.settled.notified();
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Counts one takeover in flight while it lives.
+struct InFlight<'a>(&'a Hints);
+
+impl<'a> InFlight<'a> {
+    fn new(hints: &'a Hints) -> Self {
+        hints.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(hints)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.settled.notify_waiters();
+        }
+    }
 }
 
 /// An instance the hint checker found dead.
@@ -332,6 +384,7 @@ pub(super) async fn take_over_if_orphaned(sessions: &Sessions, key: &SessionKey,
 /// Takes `key` over if whoever `expect` names still owns it and it is
 /// active, and starts its runner here.
 async fn take_over(sessions: &Sessions, key: &SessionKey, expect: Expect) -> Outcome {
+    let _in_flight = InFlight::new(&sessions.inner.hints);
     // One read: the session, its conversation and the cut step's events.
     let loaded = match sessions.load_with_tail(key, PARTIAL_PAGE).await {
         Ok(Some(loaded)) => loaded,
@@ -668,5 +721,40 @@ impl Sessions {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_taken_over_turn_waits_for_the_takeovers_in_flight_and_no_longer_than_its_bound() {
+        let hints = Arc::new(Hints::default());
+        // None in flight: no wait at all (the paused clock does not move).
+        let start = Instant::now();
+        hints.settled(SETTLE_MAX).await;
+        assert_eq!(Instant::now(), start);
+
+        // Two in flight: the wait ends when the last one does.
+        let (first, second) = (InFlight::new(&hints), InFlight::new(&hints));
+        let waiter = tokio::spawn({
+            let hints = hints.clone();
+            async move { hints.settled(Duration::from_secs(3600)).await }
+        });
+        drop(first);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one takeover is still in flight");
+        drop(second);
+        waiter.await.unwrap();
+        assert_eq!(hints.in_flight.load(Ordering::SeqCst), 0);
+
+        // One that never ends: the bound ends the wait.
+        let _stuck = InFlight::new(&hints);
+        let start = Instant::now();
+        hints.settled(SETTLE_MAX).await;
+        assert_eq!(Instant::now() - start, SETTLE_MAX);
     }
 }
