@@ -149,10 +149,6 @@ impl ResponsesEncoder {
         self
     }
 
-    pub fn response_id(&self) -> &str {
-        &self.response_id
-    }
-
     /// Sends only the events after sequence number `after`.
     pub fn starting_after(mut self, after: Option<u64>) -> Self {
         self.starting_after = after;

@@ -366,7 +366,27 @@ impl Sessions {
     ) -> Result<Vec<LogEvent>, SessionError> {
         let key = SessionKey::new(principal.tenant.clone(), id);
         self.load_visible(principal, &key, false).await?;
-        let range = self.inner.store.log.read_after(&key, after, limit).await?;
+        self.log_page(&key, after, limit).await
+    }
+
+    /// [`Sessions::get`], and then [`Sessions::read_log`] without reading
+    /// the session again: a response found and its first events.
+    pub async fn get_with_log(
+        &self,
+        principal: &Principal,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<(SessionView, Vec<LogEvent>), SessionError> {
+        let view = self.get(principal, id).await?;
+        let events = self.log_page(&SessionKey::new(principal.tenant.clone(), id), after, limit).await?;
+        Ok((view, events))
+    }
+
+    /// The log after `after`, at most `limit` events; the cursor must be
+    /// within retention.
+    async fn log_page(&self, key: &SessionKey, after: u64, limit: usize) -> Result<Vec<LogEvent>, SessionError> {
+        let range = self.inner.store.log.read_after(key, after, limit).await?;
         if after + 1 < range.first_seq {
             return Err(SessionError::CursorExpired { after, first_seq: range.first_seq });
         }
@@ -426,9 +446,10 @@ impl Sessions {
         // of them, not both in turn (taking it over is right whatever the
         // cursor).
         let bounds = async {
-            match record.last_seq > after {
-                true => self.inner.store.log.read_after(&key, after, 1).await.map(|b| Some(b.first_seq)),
-                false => Ok(None),
+            if record.last_seq > after {
+                self.inner.store.log.read_after(&key, after, 1).await.map(|b| Some(b.first_seq))
+            } else {
+                Ok(None)
             }
         };
         let takeover = async {

@@ -26,16 +26,31 @@ pub trait Annexes: Send + Sync {
     async fn get_annex(&self, key: &SessionKey, name: &str) -> Result<Option<String>, StoreError>;
 }
 
+/// `keep` in milliseconds, at least one (an expiry Redis takes).
+pub(super) fn keep_ms(keep: Duration) -> u64 {
+    u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// `value` as stored to be kept for `keep` from now ([`with_deadline`]).
+pub(super) fn kept_for(value: &str, keep: Duration) -> String {
+    with_deadline(value, crate::domain::now_ms().saturating_add(keep_ms(keep)))
+}
+
 /// A stored value with its deadline (Unix ms): `<deadline>:<value>`, as
 /// the Redis hash field holds it (fields of one hash cannot expire one by
 /// one on the Redis versions supported).
-pub(super) fn with_deadline(value: &str, deadline_ms: u64) -> String {
+fn with_deadline(value: &str, deadline_ms: u64) -> String {
     format!("{deadline_ms}:{value}")
+}
+
+/// The value of a stored field while it is kept ([`unexpired`] now).
+pub(super) fn still_kept(field: &str) -> Option<String> {
+    unexpired(field, crate::domain::now_ms()).map(str::to_string)
 }
 
 /// The value of a field made by [`with_deadline`], unless its deadline
 /// passed at `now_ms`.
-pub(super) fn unexpired(field: &str, now_ms: u64) -> Option<&str> {
+fn unexpired(field: &str, now_ms: u64) -> Option<&str> {
     let (deadline, value) = field.split_once(':')?;
     (deadline.parse::<u64>().ok()? > now_ms).then_some(value)
 }

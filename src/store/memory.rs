@@ -578,8 +578,7 @@ impl Health for MemoryStore {
 #[async_trait]
 impl super::Annexes for MemoryStore {
     async fn put_annex(&self, key: &SessionKey, name: &str, value: &str, keep: Duration) -> Result<(), StoreError> {
-        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
-        let field = super::annex::with_deadline(value, crate::domain::now_ms().saturating_add(keep_ms));
+        let field = super::annex::kept_for(value, keep);
         if let Some(session) = self.lock().sessions.get_mut(key) {
             session.annexes.insert(name.to_string(), field);
         }
@@ -589,7 +588,7 @@ impl super::Annexes for MemoryStore {
     async fn get_annex(&self, key: &SessionKey, name: &str) -> Result<Option<String>, StoreError> {
         let inner = self.lock();
         let field = inner.sessions.get(key).and_then(|session| session.annexes.get(name));
-        Ok(field.and_then(|field| super::annex::unexpired(field, crate::domain::now_ms())).map(str::to_string))
+        Ok(field.map(String::as_str).and_then(super::annex::still_kept))
     }
 }
 

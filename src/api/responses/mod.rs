@@ -41,7 +41,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use self::request::{Record, Request};
 use super::{client_chat, stream};
@@ -91,18 +91,8 @@ pub async fn create(
     let new = NewSession { id: None, model: model.clone(), dialect: "openai-responses", options, files: None };
     let proceeded = client_chat::proceed(&state, &principal, new, &parsed).await?;
     let cursor = proceeded.started.cursor();
-    // Kept before anyone can name the response (its id is first sent
-    // below). Should the store refuse, the response runs on without it
-    // and shows its defaults, here as on every replica.
-    let kept = serde_json::to_string(&record).map_err(|e| ApiError::internal(e.to_string()))?;
-    let retention = state.config.responses.retention;
-    let echo = match state.sessions.keep_annex(&principal, &parsed.id, &Record::name(cursor), &kept, retention).await {
-        Ok(()) => record.echo,
-        Err(error) => {
-            tracing::warn!(session = %parsed.id, %error, "the response's request was not kept: it echoes defaults");
-            Map::new()
-        }
-    };
+    // Kept before anyone can name the response (its id is first sent below).
+    let echo = record.keep(&state, &principal, &parsed.id, cursor).await?;
     let mut encoder = ResponsesEncoder::new(&parsed.id, cursor, &model).echoing(echo);
     let mut follower = state.sessions.follow_started(proceeded.started).await;
     if body.stream.unwrap_or(false) {
@@ -239,17 +229,15 @@ struct Found {
 
 /// The response `id` names, checked: its session is the caller's, its
 /// first event starts a turn or a continuation, and it is younger than
-/// `responses.retention_secs`; a 404 otherwise. The three reads go
-/// together.
+/// `responses.retention_secs`; a 404 otherwise. The session (with its
+/// first event) and the kept request are read together.
 async fn find(state: &AppState, principal: &Principal, id: &str) -> Result<Found, ApiError> {
     let (session, cursor) = parse_response_id(id).ok_or_else(|| not_found(id))?;
-    let name = Record::name(cursor);
-    let (view, first, kept) = tokio::join!(
-        state.sessions.get(principal, session),
-        state.sessions.read_log(principal, session, cursor, 1),
-        state.sessions.annex(principal, session, &name),
+    let (read, record) = tokio::join!(
+        state.sessions.get_with_log(principal, session, cursor, 1),
+        Record::read(state, principal, session, cursor),
     );
-    let (view, first) = (view.map_err(|e| missing(e, id))?, first.map_err(|e| missing(e, id))?);
+    let (view, first) = read.map_err(|e| missing(e, id))?;
     let Some(first) =
         first.first().filter(|e| matches!(e.event.kind, EventKind::TurnStarted { .. } | EventKind::Resumed { .. }))
     else {
@@ -259,12 +247,7 @@ async fn find(state: &AppState, principal: &Principal, id: &str) -> Result<Found
     if u128::from(age_ms) >= state.config.responses.retention.as_millis() {
         return Err(not_found(id));
     }
-    // Not kept (the store refused it when the response was made): its
-    // defaults, as its stream showed them.
-    let record = match kept? {
-        Some(text) => serde_json::from_str(&text).unwrap_or_default(),
-        None => Record::default(),
-    };
+    let record = record?;
     let model = view.session.model().to_string();
     Ok(Found { id: id.to_string(), session: session.to_string(), cursor, model, record })
 }

@@ -12,6 +12,9 @@ use super::super::client_chat::{self, Conversation};
 use crate::{
     domain::{Answers, ChatMessage, Decision, FrontendMode, FrontendTool, Role, RunInput, Session},
     error::ApiError,
+    principal::Principal,
+    sessions::SessionError,
+    state::AppState,
 };
 
 /// The request fields OpenAI's API takes besides the [`ECHOED`] ones;
@@ -94,8 +97,42 @@ pub(super) struct Record {
 
 impl Record {
     /// The annex name of the response whose events start after `cursor`.
-    pub fn name(cursor: u64) -> String {
+    fn name(cursor: u64) -> String {
         format!("resp:{cursor}")
+    }
+
+    /// Keeps it beside `session` for the response after `cursor`, for
+    /// `responses.retention_secs`; answers the parameters the response
+    /// echoes: its own, or none (the defaults) should the store refuse —
+    /// then every replica shows the defaults, so replays stay identical.
+    pub async fn keep(
+        self,
+        state: &AppState,
+        principal: &Principal,
+        session: &str,
+        cursor: u64,
+    ) -> Result<Map<String, Value>, ApiError> {
+        let kept = serde_json::to_string(&self).map_err(|e| ApiError::internal(e.to_string()))?;
+        let retention = state.config.responses.retention;
+        match state.sessions.keep_annex(principal, session, &Self::name(cursor), &kept, retention).await {
+            Ok(()) => Ok(self.echo),
+            Err(error) => {
+                tracing::warn!(session, %error, "the response's request was not kept: it echoes defaults");
+                Ok(Map::new())
+            }
+        }
+    }
+
+    /// What [`Record::keep`] kept for the response after `cursor`; the
+    /// defaults when nothing was (the store refused it then).
+    pub async fn read(
+        state: &AppState,
+        principal: &Principal,
+        session: &str,
+        cursor: u64,
+    ) -> Result<Self, SessionError> {
+        let kept = state.sessions.annex(principal, session, &Self::name(cursor)).await?;
+        Ok(kept.and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default())
     }
 
     /// Its input items as `input_items` lists them, oldest first: each with
@@ -152,35 +189,8 @@ impl Request {
         if body.background == Some(true) && body.store == Some(false) {
             return Err(ApiError::bad_request("background responses need store: true"));
         }
-        let parsed = parse(&body)?;
-        let input = match &body.input {
-            Input::Text(text) => vec![input_message("user", text)],
-            Input::Items(items) => items.iter().filter_map(listed_item).collect(),
-        };
+        let (parsed, input) = parse(&body)?;
         Ok(Self { body, parsed, record: Record { echo, input } })
-    }
-}
-
-/// An input item as `input_items` lists it: messages in OpenAI's item
-/// shape (the text parts joined as the turn took them); answers and items
-/// sent back as sent; an `item_reference` names something else, and is
-/// not listed.
-fn listed_item(item: &Value) -> Option<Value> {
-    let kind = item["type"].as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
-    match kind {
-        "message" => {
-            let role = item["role"].as_str().unwrap_or("user");
-            Some(input_message(role, &message_text(&item["content"]).unwrap_or_default()))
-        }
-        "item_reference" => None,
-        "function_call_output" => {
-            let mut item = item.clone();
-            if let Some(fields) = item.as_object_mut() {
-                fields.entry("status").or_insert_with(|| "completed".into());
-            }
-            Some(item)
-        }
-        _ => Some(item.clone()),
     }
 }
 
@@ -219,17 +229,22 @@ pub(super) struct Parsed {
     pub tools: Vec<FrontendTool>,
 }
 
-/// The request's input, instructions and function tools.
-fn parse(body: &CreateBody) -> Result<Parsed, ApiError> {
+/// The request's input, instructions and function tools; and its input
+/// items as `input_items` lists them ([`Record::input`]).
+fn parse(body: &CreateBody) -> Result<(Parsed, Vec<Value>), ApiError> {
     let mut parsed = Parsed::default();
     if let Some(instructions) = body.instructions.as_ref().filter(|i| !i.is_empty()) {
         parsed.messages.push((Role::System, instructions.clone()));
     }
+    let mut listed = Vec::new();
     match &body.input {
-        Input::Text(text) => parsed.messages.push((Role::User, text.clone())),
+        Input::Text(text) => {
+            parsed.messages.push((Role::User, text.clone()));
+            listed.push(input_message("user", text));
+        }
         Input::Items(items) => {
             for (i, item) in items.iter().enumerate() {
-                input_item(&mut parsed, i, item)?;
+                listed.extend(input_item(&mut parsed, i, item)?);
             }
         }
     }
@@ -255,22 +270,28 @@ fn parse(body: &CreateBody) -> Result<Parsed, ApiError> {
             }
         }
     }
-    Ok(parsed)
+    Ok((parsed, listed))
 }
 
-fn input_item(parsed: &mut Parsed, i: usize, item: &Value) -> Result<(), ApiError> {
+/// Takes input item `i` into `parsed`; answers it as `input_items` lists
+/// it: a message in OpenAI's item shape (its text parts joined as the turn
+/// took them), an answer or an item sent back as sent (an answer with its
+/// `status`); an `item_reference` names something else and is not listed.
+fn input_item(parsed: &mut Parsed, i: usize, item: &Value) -> Result<Option<Value>, ApiError> {
     let kind = item["type"].as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
     match kind {
         "message" => {
-            let role = match item["role"].as_str() {
-                Some("user") => Role::User,
-                Some("assistant") => Role::Assistant,
-                Some("system" | "developer") => Role::System,
+            let (role, name) = match item["role"].as_str() {
+                Some(name @ "user") => (Role::User, name),
+                Some(name @ "assistant") => (Role::Assistant, name),
+                Some(name @ ("system" | "developer")) => (Role::System, name),
                 _ => return Err(invalid(&format!("input[{i}].role"), "user, assistant, system or developer")),
             };
             let text = message_text(&item["content"])
                 .ok_or_else(|| invalid(&format!("input[{i}].content"), "a string or content parts"))?;
+            let listed = input_message(name, &text);
             parsed.messages.push((role, text));
+            return Ok(Some(listed));
         }
         "function_call_output" => {
             let call = item["call_id"]
@@ -281,6 +302,11 @@ fn input_item(parsed: &mut Parsed, i: usize, item: &Value) -> Result<(), ApiErro
                 other => other.to_string(),
             };
             parsed.outputs.push((call.to_string(), output));
+            let mut listed = item.clone();
+            if let Some(fields) = listed.as_object_mut() {
+                fields.entry("status").or_insert_with(|| "completed".into());
+            }
+            return Ok(Some(listed));
         }
         "mcp_approval_response" => {
             let id = (item["approval_request_id"].as_str())
@@ -291,10 +317,11 @@ fn input_item(parsed: &mut Parsed, i: usize, item: &Value) -> Result<(), ApiErro
             parsed.approvals.push((id.to_string(), approve, item["reason"].as_str().map(str::to_string)));
         }
         // Earlier output the client sends back: the store has it.
-        "function_call" | "reasoning" | "mcp_call" | "mcp_approval_request" | "item_reference" => {}
+        "function_call" | "reasoning" | "mcp_call" | "mcp_approval_request" => {}
+        "item_reference" => return Ok(None),
         other => return Err(invalid(&format!("input[{i}].type"), &format!("{other:?} is not supported"))),
     }
-    Ok(())
+    Ok(Some(item.clone()))
 }
 
 fn invalid(param: &str, message: &str) -> ApiError {

@@ -10,24 +10,22 @@ use async_trait::async_trait;
 use super::{RedisStore, map_err};
 use crate::store::{
     Annexes, SessionKey, StoreError,
-    annex::{unexpired, with_deadline},
+    annex::{keep_ms, kept_for, still_kept},
 };
 
 #[async_trait]
 impl Annexes for RedisStore {
     async fn put_annex(&self, key: &SessionKey, name: &str, value: &str, keep: Duration) -> Result<(), StoreError> {
-        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1);
-        let field = with_deadline(value, crate::domain::now_ms().saturating_add(keep_ms));
         let annex = self.keys.annex(key);
         redis::pipe()
             .cmd("HSET")
             .arg(&annex)
             .arg(name)
-            .arg(field)
+            .arg(kept_for(value, keep))
             .ignore()
             .cmd("PEXPIRE")
             .arg(&annex)
-            .arg(keep_ms)
+            .arg(keep_ms(keep))
             .ignore()
             .query_async::<()>(&mut self.connection())
             .await
@@ -41,6 +39,6 @@ impl Annexes for RedisStore {
             .query_async(&mut self.connection())
             .await
             .map_err(map_err)?;
-        Ok(field.as_deref().and_then(|field| unexpired(field, crate::domain::now_ms())).map(str::to_string))
+        Ok(field.as_deref().and_then(still_kept))
     }
 }

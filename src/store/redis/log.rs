@@ -11,7 +11,7 @@ use crate::store::{EventLog, LogRange, SessionKey, StoreError, StoredEvent};
 impl EventLog for RedisStore {
     async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError> {
         let mut conn = self.connection();
-        type Reply = (String, String, Vec<(String, Vec<String>)>);
+        type Reply = (String, String, Vec<Entry>);
         let (first, last, entries): Reply = self
             .scripts
             .read_after
@@ -22,20 +22,21 @@ impl EventLog for RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(map_err)?;
-        let events = entries
-            .into_iter()
-            .map(|(id, fields)| Ok(StoredEvent { seq: parse_seq(&id)?, payload: payload(&id, fields)? }))
-            .collect::<Result<_, StoreError>>()?;
+        let events = entries.into_iter().map(stored_event).collect::<Result<_, StoreError>>()?;
         Ok(LogRange { events, first_seq: parse_seq(&first)?, last_seq: parse_seq(&last)? })
     }
 }
 
-/// An entry's event: its field `e`.
-pub(super) fn payload(id: &str, fields: Vec<String>) -> Result<String, StoreError> {
+/// A stream entry as `XRANGE` answers it: its id and its fields.
+pub(super) type Entry = (String, Vec<String>);
+
+/// An entry's event: its seq (from the id) and its field `e`.
+pub(super) fn stored_event((id, fields): Entry) -> Result<StoredEvent, StoreError> {
+    let seq = parse_seq(&id)?;
     let mut fields = fields.into_iter();
-    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+    while let (Some(name), Some(payload)) = (fields.next(), fields.next()) {
         if name == "e" {
-            return Ok(value);
+            return Ok(StoredEvent { seq, payload });
         }
     }
     Err(StoreError::Corrupt(format!("event {id} has no field e")))

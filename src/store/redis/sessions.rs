@@ -21,14 +21,53 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use super::{
     RedisStore,
     conn::{Conn, Redo, Spread},
+    log::Entry,
     map_err,
 };
 use crate::store::{
     Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, Loaded, MessagesWrite,
-    OwnerChange, Record, SessionKey, SessionStore, SessionWrite, StoreError, StoredEvent, Wrote, is_active,
+    OwnerChange, Record, SessionKey, SessionStore, SessionWrite, StoreError, Wrote, is_active,
 };
 
 impl RedisStore {
+    /// A session's state, with its conversation when `history`, and the
+    /// newest `newest` entries of its log (newest first), in one
+    /// transaction (the keys share a hash tag): the log's end and the
+    /// conversation are the ones the state describes, never ones a commit
+    /// between the reads changed. The owner's plain appends since its last
+    /// commit are in the stream only: its newest entry says where the log
+    /// ends.
+    async fn read_session(
+        &self,
+        key: &SessionKey,
+        history: bool,
+        newest: usize,
+    ) -> Result<Option<(Record, Vec<Entry>)>, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("HGETALL").arg(self.keys.state(key));
+        pipe.cmd("XREVRANGE").arg(self.keys.events(key)).arg("+").arg("-").arg("COUNT").arg(newest.max(1));
+        if history {
+            pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
+        }
+        let mut conn = self.connection();
+        let (fields, newest, messages): (HashMap<String, String>, Vec<Entry>, Option<Vec<String>>) = if history {
+            let (fields, newest, messages): (_, _, Vec<String>) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, newest, Some(messages))
+        } else {
+            let (fields, newest) = pipe.query_async(&mut conn).await.map_err(map_err)?;
+            (fields, newest, None)
+        };
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let mut record = record(fields, messages)?;
+        if let Some((id, _)) = newest.first() {
+            record.last_seq = record.last_seq.max(super::log::parse_seq(id)?);
+        }
+        Ok(Some((record, newest)))
+    }
+
     /// The `commit.lua` invocation of one commit (see the script for ARGV).
     fn commit_invocation<'a>(&'a self, commit: &'a Commit) -> redis::ScriptInvocation<'a> {
         let (kind, version, epoch, fourth, owner) = match &commit.fence {
@@ -289,10 +328,10 @@ impl SessionStore for RedisStore {
         let Some((record, newest)) = self.read_session(key, true, limit + 1).await? else { return Ok(None) };
         let after = record.checkpoint_seq;
         let mut tail = Vec::with_capacity(newest.len());
-        for (id, fields) in newest.into_iter().rev() {
-            let seq = super::log::parse_seq(&id)?;
-            if seq > after {
-                tail.push(StoredEvent { seq, payload: super::log::payload(&id, fields)? });
+        for entry in newest.into_iter().rev() {
+            let event = super::log::stored_event(entry)?;
+            if event.seq > after {
+                tail.push(event);
             }
         }
         let whole = record.last_seq <= after || tail.first().is_some_and(|first| first.seq == after + 1);
@@ -536,46 +575,3 @@ fn record(mut fields: HashMap<String, String>, messages: Option<Vec<String>>) ->
         relays,
     })
 }
-
-impl RedisStore {
-    /// A session's state, with its conversation when `history`, and the
-    /// newest `newest` entries of its log (newest first), in one
-    /// transaction (the keys share a hash tag): the log's end and the
-    /// conversation are the ones the state describes, never ones a commit
-    /// between the reads changed. The owner's plain appends since its last
-    /// commit are in the stream only: its newest entry says where the log
-    /// ends.
-    async fn read_session(
-        &self,
-        key: &SessionKey,
-        history: bool,
-        newest: usize,
-    ) -> Result<Option<(Record, Vec<Entry>)>, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("HGETALL").arg(self.keys.state(key));
-        pipe.cmd("XREVRANGE").arg(self.keys.events(key)).arg("+").arg("-").arg("COUNT").arg(newest.max(1));
-        if history {
-            pipe.cmd("LRANGE").arg(self.keys.messages(key)).arg(0).arg(-1);
-        }
-        let mut conn = self.connection();
-        let (fields, newest, messages): (HashMap<String, String>, Vec<Entry>, Option<Vec<String>>) = if history {
-            let (fields, newest, messages): (_, _, Vec<String>) = pipe.query_async(&mut conn).await.map_err(map_err)?;
-            (fields, newest, Some(messages))
-        } else {
-            let (fields, newest) = pipe.query_async(&mut conn).await.map_err(map_err)?;
-            (fields, newest, None)
-        };
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let mut record = record(fields, messages)?;
-        if let Some((id, _)) = newest.first() {
-            record.last_seq = record.last_seq.max(super::log::parse_seq(id)?);
-        }
-        Ok(Some((record, newest)))
-    }
-}
-
-/// A stream entry as `XRANGE` answers it: its id and its fields.
-type Entry = (String, Vec<String>);
