@@ -133,9 +133,9 @@ fn a_store_is_one_redis_or_one_cluster_of_redis_urls() {
     assert_eq!(off.store.liveness_check, None);
     let cluster = "[store]\nredis_cluster = [\"redis://127.0.0.1:7000\"]\n";
     let on_cluster = Config::from_toml(&format!("{cluster}{REST}"), &env_of(&[])).expect("valid");
-    assert_eq!(on_cluster.store.liveness_check, None, "off on a cluster unless asked for");
-    let asked = Config::from_toml(&format!("{cluster}liveness_check_ms = 100\n{REST}"), &env_of(&[])).expect("valid");
-    assert_eq!(asked.store.liveness_check, Some(std::time::Duration::from_millis(100)));
+    assert_eq!(on_cluster.store.liveness_check, Some(std::time::Duration::from_millis(100)), "on a cluster too");
+    let off = Config::from_toml(&format!("{cluster}liveness_check_ms = 0\n{REST}"), &env_of(&[])).expect("valid");
+    assert_eq!(off.store.liveness_check, None);
     assert_eq!(path_of("[store]\nliveness_check_ms = 5001\n", &[]), vec!["store.liveness_check_ms"]);
     assert_eq!(path_of("[store]\nhold_max_secs = 0\n", &[]), vec!["store.hold_max_secs"]);
     assert_eq!(path_of("[store]\nhold_notice_secs = 0\n", &[]), vec!["store.hold_notice_secs"]);

@@ -19,12 +19,33 @@
 //! again itself (which also makes the client refresh its view of the
 //! topology), with backoff until all of them are confirmed, and then sends
 //! [`Notice::Resubscribed`] so followers re-read their logs.
+//!
+//! The task itself never waits on a node. Each `SSUBSCRIBE` or
+//! `SUNSUBSCRIBE`, the keep-alive `PING` and a repair run as futures beside
+//! its loop, so a node that does not answer (a primary just killed, a
+//! client's stale view of the topology) delays the watchers of that node's
+//! channels, each by at most [`COMMAND_TIMEOUT`], and nobody else's: a
+//! watch that comes while a repair runs is counted and answered at once,
+//! and a second repair subscribes what the first did not include before
+//! the [`Notice::Resubscribed`] that tells its follower to read again.
+//! Commands on one channel stay in order: one in flight per channel, the
+//! rest queued behind it. (Waiting on the node in the loop itself made a
+//! replica's new followers wait tens of seconds behind a failover's timed-out
+//! unsubscriptions.)
 
-use std::time::Duration;
+use std::{
+    collections::{HashMap, VecDeque},
+    time::Duration,
+};
 
+use futures::{
+    StreamExt,
+    future::{BoxFuture, OptionFuture},
+    stream::FuturesUnordered,
+};
 use redis::{PushInfo, PushKind, Value, cluster::ClusterClient, cluster_async::ClusterConnection};
 use tokio::{
-    sync::{mpsc, watch},
+    sync::{mpsc, oneshot, watch},
     time::{Instant, MissedTickBehavior, interval_at, sleep_until, timeout},
 };
 
@@ -47,14 +68,54 @@ pub(super) struct Task {
     pub(super) generation: watch::Sender<u64>,
 }
 
+/// What a command on the node was for, told with its result.
+enum Target {
+    /// A channel's `SSUBSCRIBE` or `SUNSUBSCRIBE`.
+    Channel(String),
+    /// This replica's own channel and, if `live`, its liveness channel.
+    Listen {
+        channel: String,
+        live: bool,
+    },
+    Ping,
+}
+
+type Op = BoxFuture<'static, (Target, Result<(), String>)>;
+
+/// A repair's end: the connection (kept even when a subscription failed),
+/// the channels it subscribed, and whether all of them were confirmed.
+struct Repaired {
+    connection: Option<ClusterConnection>,
+    channels: Vec<String>,
+    result: Result<(), String>,
+}
+
+/// A channel with a command on the node: who waits for its answer, and the
+/// commands on the same channel that came meanwhile (run after it, in order).
+#[derive(Default)]
+struct Busy {
+    done: Option<oneshot::Sender<()>>,
+    queued: VecDeque<Command>,
+}
+
 struct State {
     connection: Option<ClusterConnection>,
     watched: Watches,
-    /// When to subscribe everything again (None: all confirmed).
+    /// When to subscribe everything again (None: all confirmed, or a
+    /// repair runs).
     repair_at: Option<Instant>,
+    /// The repair that runs now.
+    repair: Option<BoxFuture<'static, Repaired>>,
+    /// Something the running repair did not include needs subscribing:
+    /// another repair follows it.
+    again: bool,
     backoff: Duration,
     /// Whether notices may have been missed since the last confirmation.
     owe_resubscribed: bool,
+    /// Commands on the node in flight.
+    ops: FuturesUnordered<Op>,
+    busy: HashMap<String, Busy>,
+    pinging: bool,
 }
 
 impl Task {
@@ -63,8 +124,13 @@ impl Task {
             connection: None,
             watched: Watches::default(),
             repair_at: Some(Instant::now()),
+            repair: None,
+            again: false,
             backoff: MIN_BACKOFF,
             owe_resubscribed: false,
+            ops: FuturesUnordered::new(),
+            busy: HashMap::new(),
+            pinging: false,
         };
         let mut keepalive = interval_at(Instant::now() + KEEPALIVE, KEEPALIVE);
         keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -77,21 +143,20 @@ impl Task {
                     None => return,
                 },
                 command = self.commands.recv() => match command {
-                    Some(command) => state.apply(command, &self.generation).await,
+                    Some(command) => state.apply(command),
                     None => return,
                 },
+                Some((target, result)) = state.ops.next(), if !state.ops.is_empty() => {
+                    state.finished(target, result, &self.generation);
+                }
+                Some(repaired) = OptionFuture::from(state.repair.as_mut()), if state.repair.is_some() => {
+                    state.repair = None;
+                    self.repaired(&mut state, repaired).await;
+                }
                 _ = sleep_until(repair_at.unwrap_or_else(Instant::now)), if repair_at.is_some() => {
-                    self.repair(&mut state).await;
+                    state.start_repair(&self.client, &self.orphans);
                 }
-                _ = keepalive.tick() => {
-                    // A PING to every node notices a half-open connection.
-                    if let Some(connection) = state.connection.as_mut() {
-                        let ping = timeout(COMMAND_TIMEOUT, redis::cmd("PING").query_async::<Value>(connection)).await;
-                        if !matches!(ping, Ok(Ok(_))) {
-                            state.lost("keep-alive PING failed");
-                        }
-                    }
-                }
+                _ = keepalive.tick() => state.ping(),
             }
         }
     }
@@ -121,41 +186,22 @@ impl Task {
         }
     }
 
-    /// Connects if needed and subscribes the orphans channel and every
-    /// watched channel; on success, announces what may have been missed.
-    async fn repair(&self, state: &mut State) {
-        let result = async {
-            if state.connection.is_none() {
-                let connection = timeout(COMMAND_TIMEOUT, self.client.get_async_connection())
-                    .await
-                    .map_err(|_| "connect timed out".to_string())?
-                    .map_err(|e| e.to_string())?;
-                state.connection = Some(connection);
+    /// A repair ended: on success, what may have been missed is announced
+    /// (unless a second repair must subscribe what came meanwhile), and
+    /// channels unwatched while it ran are unsubscribed.
+    async fn repaired(&self, state: &mut State, repaired: Repaired) {
+        state.connection = repaired.connection.or(state.connection.take());
+        match repaired.result {
+            Ok(()) if state.again => {
+                state.again = false;
+                state.owe_resubscribed = true;
+                state.repair_at = Some(Instant::now());
             }
-            let connection = state.connection.as_mut().expect("connected above");
-            command_on(connection, "SUBSCRIBE", &self.orphans).await?;
-            if let Some(own) = state.watched.own() {
-                command_on(connection, "SUBSCRIBE", own).await?;
-            }
-            // A shard channel: subscribed on its slot's primary, where its
-            // subscriber count is read.
-            if let Some(live) = state.watched.live() {
-                command_on(connection, "SSUBSCRIBE", live).await?;
-            }
-            let channels: Vec<String> = state.watched.channels().cloned().collect();
-            for channel in channels {
-                command_on(connection, "SSUBSCRIBE", &channel).await?;
-            }
-            Ok::<(), String>(())
-        }
-        .await;
-        match result {
             Ok(()) => {
                 if state.owe_resubscribed {
                     tracing::info!("redis cluster subscription re-established");
                     let _ = self.notices.send(Notice::Resubscribed).await;
                 }
-                state.repair_at = None;
                 state.backoff = MIN_BACKOFF;
                 state.owe_resubscribed = false;
                 if state.watched.live().is_some() {
@@ -168,9 +214,15 @@ impl Task {
                 } else {
                     tracing::debug!(%reason, "redis cluster subscription still failing");
                 }
+                state.again = false;
                 state.owe_resubscribed = true;
                 state.repair_at = Some(Instant::now() + state.backoff);
                 state.backoff = (state.backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        for channel in repaired.channels {
+            if !state.watched.contains(&channel) && !state.busy.contains_key(&channel) {
+                state.start(Target::Channel(channel.clone()), "SUNSUBSCRIBE", channel, None);
             }
         }
     }
@@ -181,58 +233,175 @@ impl State {
     fn lost(&mut self, reason: &str) {
         tracing::debug!(reason, "redis cluster subscription interrupted");
         self.owe_resubscribed = true;
-        if self.repair_at.is_none() {
+        if self.repair.is_some() {
+            self.again = true;
+        } else if self.repair_at.is_none() {
             self.repair_at = Some(Instant::now() + MIN_BACKOFF);
         }
     }
 
-    /// Counts, and `SSUBSCRIBE`/`SUNSUBSCRIBE` on 0↔1 when connected and
-    /// not repairing (a repair subscribes every watched channel anyway).
-    async fn apply(&mut self, command: Command, generation: &watch::Sender<u64>) {
+    /// Whether a channel's subscription is sent now (connected, every
+    /// channel confirmed); otherwise the next repair subscribes it.
+    fn subscribing(&self) -> bool {
+        self.connection.is_some() && self.repair_at.is_none() && self.repair.is_none()
+    }
+
+    /// Connects if needed and subscribes the orphans channel and every
+    /// watched channel, in a future of its own.
+    fn start_repair(&mut self, client: &ClusterClient, orphans: &str) {
+        self.repair_at = None;
+        self.again = false;
+        let (client, connection) = (client.clone(), self.connection.clone());
+        let mut plain = vec![orphans.to_string()];
+        plain.extend(self.watched.own().cloned());
+        // Shard channels: each subscribed on its slot's primary (where the
+        // liveness channel's subscriber count is read).
+        let sharded: Vec<String> = self.watched.live().into_iter().chain(self.watched.channels()).cloned().collect();
+        self.repair = Some(Box::pin(async move {
+            let mut connection = connection;
+            let result = async {
+                if connection.is_none() {
+                    let made = timeout(COMMAND_TIMEOUT, client.get_async_connection())
+                        .await
+                        .map_err(|_| "connect timed out".to_string())?
+                        .map_err(|e| e.to_string())?;
+                    connection = Some(made);
+                }
+                let on = connection.as_mut().expect("connected above");
+                for channel in &plain {
+                    command_on(on, "SUBSCRIBE", channel).await?;
+                }
+                for channel in &sharded {
+                    command_on(on, "SSUBSCRIBE", channel).await?;
+                }
+                Ok::<(), String>(())
+            }
+            .await;
+            Repaired { connection, channels: sharded, result }
+        }));
+    }
+
+    /// A command from the handle: queued behind the one in flight on its
+    /// channel, or applied now.
+    fn apply(&mut self, command: Command) {
+        let channel = match &command {
+            Command::Watch { channel, .. } | Command::Unwatch { channel, .. } | Command::Listen { channel, .. } => {
+                channel
+            }
+        };
+        if let Some(busy) = self.busy.get_mut(channel) {
+            busy.queued.push_back(command);
+            return;
+        }
         match command {
             Command::Watch { channel, key, done } => {
-                if self.watched.add(&channel, key)
-                    && self.repair_at.is_none()
-                    && let Some(connection) = self.connection.as_mut()
-                    && command_on(connection, "SSUBSCRIBE", &channel).await.is_err()
-                {
-                    self.lost("SSUBSCRIBE failed");
+                let first = self.watched.add(&channel, key);
+                if first && self.subscribing() {
+                    self.start(Target::Channel(channel.clone()), "SSUBSCRIBE", channel, Some(done));
+                    return;
+                }
+                if first && self.repair.is_some() {
+                    self.again = true;
+                    self.owe_resubscribed = true;
                 }
                 let _ = done.send(());
             }
             Command::Unwatch { channel, done } => {
-                // A failure leaves a subscription nobody reads: its
-                // messages are ignored.
-                if self.watched.remove(&channel)
-                    && let Some(connection) = self.connection.as_mut()
-                {
-                    let _ = command_on(connection, "SUNSUBSCRIBE", &channel).await;
+                // A failure leaves a subscription nobody reads: its messages
+                // are ignored. While a repair runs, its end unsubscribes.
+                if self.watched.remove(&channel) && self.connection.is_some() && self.repair.is_none() {
+                    self.start(Target::Channel(channel.clone()), "SUNSUBSCRIBE", channel, None);
                 }
                 let _ = done.send(());
             }
             // A plain channel: a cluster broadcasts it to every node.
             Command::Listen { channel, live, done } => {
-                if self.watched.listen(channel.clone(), live.clone())
-                    && self.repair_at.is_none()
-                    && let Some(connection) = self.connection.as_mut()
-                {
-                    let subscribed = async {
-                        command_on(connection, "SUBSCRIBE", &channel).await?;
-                        match &live {
-                            Some(live) => command_on(connection, "SSUBSCRIBE", live).await,
-                            None => Ok(()),
+                let new = self.watched.listen(channel.clone(), live.clone());
+                if new && self.subscribing() {
+                    let mut connection = self.connection.clone().expect("subscribing means connected");
+                    let target = Target::Listen { channel: channel.clone(), live: live.is_some() };
+                    self.busy.insert(channel.clone(), Busy { done: Some(done), queued: VecDeque::new() });
+                    self.ops.push(Box::pin(async move {
+                        let result = async {
+                            command_on(&mut connection, "SUBSCRIBE", &channel).await?;
+                            match &live {
+                                Some(live) => command_on(&mut connection, "SSUBSCRIBE", live).await,
+                                None => Ok(()),
+                            }
                         }
-                    }
-                    .await;
-                    match subscribed {
-                        Ok(()) if live.is_some() => bump(generation),
-                        Ok(()) => {}
-                        Err(_) => self.lost("SUBSCRIBE failed"),
-                    }
+                        .await;
+                        (target, result)
+                    }));
+                    return;
+                }
+                if new && self.repair.is_some() {
+                    self.again = true;
                 }
                 let _ = done.send(());
             }
         }
+    }
+
+    /// Sends `name channel` beside the loop; `done` is answered when the
+    /// node has.
+    fn start(&mut self, target: Target, name: &'static str, channel: String, done: Option<oneshot::Sender<()>>) {
+        let Some(mut connection) = self.connection.clone() else {
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+            return;
+        };
+        self.busy.insert(channel.clone(), Busy { done, queued: VecDeque::new() });
+        self.ops.push(Box::pin(async move { (target, command_on(&mut connection, name, &channel).await) }));
+    }
+
+    /// A command on the node answered (or timed out): its caller is
+    /// answered either way (a failure schedules a repair, whose end tells
+    /// followers to read again), and its channel's queued commands run.
+    fn finished(&mut self, target: Target, result: Result<(), String>, generation: &watch::Sender<u64>) {
+        let channel = match target {
+            Target::Ping => {
+                self.pinging = false;
+                if result.is_err() {
+                    self.lost("keep-alive PING failed");
+                }
+                return;
+            }
+            Target::Listen { channel, live } => {
+                if result.is_ok() && live {
+                    bump(generation);
+                }
+                channel
+            }
+            Target::Channel(channel) => channel,
+        };
+        if let Err(reason) = &result {
+            self.lost(reason);
+        }
+        let Some(mut busy) = self.busy.remove(&channel) else { return };
+        if let Some(done) = busy.done.take() {
+            let _ = done.send(());
+        }
+        while let Some(command) = busy.queued.pop_front() {
+            self.apply(command);
+            if let Some(next) = self.busy.get_mut(&channel) {
+                next.queued.extend(busy.queued.drain(..));
+                break;
+            }
+        }
+    }
+
+    /// A PING to every node notices a half-open connection.
+    fn ping(&mut self) {
+        let Some(mut connection) = self.connection.clone() else { return };
+        if self.pinging {
+            return;
+        }
+        self.pinging = true;
+        self.ops.push(Box::pin(async move {
+            let ping = timeout(COMMAND_TIMEOUT, redis::cmd("PING").query_async::<Value>(&mut connection)).await;
+            (Target::Ping, if matches!(ping, Ok(Ok(_))) { Ok(()) } else { Err("keep-alive PING failed".to_string()) })
+        }));
     }
 }
 

@@ -115,6 +115,9 @@ async fn failover(wait_replicas: u32) -> usize {
         lost += missing.len();
     }
     eprintln!("cluster failover: {lost} event(s) a client saw are not in the log afterwards");
+    if lost > 0 {
+        eprintln!("{}", cluster.dump_logs());
+    }
     assert!(failures.is_empty(), "{} failure(s):\n{}\n{}", failures.len(), failures.join("\n"), cluster.dump_logs());
     lost
 }

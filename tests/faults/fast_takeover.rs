@@ -32,8 +32,6 @@ fn options(redis_cluster: Option<ClusterShape>) -> ClusterOptions {
     ClusterOptions {
         lease_ttl_secs: LEASE_TTL_SECS,
         chunk_delay: Duration::from_millis(40),
-        // Off by default on a cluster: asked for here.
-        store_toml: if redis_cluster.is_some() { "liveness_check_ms = 100".into() } else { String::new() },
         redis_cluster,
         ..ClusterOptions::default()
     }

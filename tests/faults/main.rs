@@ -10,6 +10,7 @@
 
 // Not every test uses every method of the harness.
 mod cluster_failover;
+mod cluster_subscription;
 mod coding_chat;
 mod fast_takeover;
 #[allow(dead_code)]

@@ -8,41 +8,21 @@
 use std::time::Duration;
 
 use switchboard::{
-    config::{RedisTarget, RedisTls, StoreConfig},
-    store::{CancelRequest, Commit, Fence, Notice, OwnerChange, SessionKey, StateWrite, Store, StoreError},
+    config::{RedisTarget, RedisTls},
+    store::{CancelRequest, Commit, Fence, Notice, OwnerChange, SessionKey, StateWrite, StoreError},
 };
-use tokio::sync::mpsc;
 
 use crate::harness::{
     checks::{self, Expect},
     cluster::{Cluster, ClusterOptions},
     redis::OwnRedis,
     redis_cluster::OwnRedisCluster,
+    store::open,
     tls::Certificates,
 };
 
 const WORDS: u32 = 40;
 const TURN_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn open(target: RedisTarget, tls: RedisTls) -> (Store, mpsc::Receiver<Notice>) {
-    let config = StoreConfig {
-        redis: Some(target),
-        tls,
-        wait_replicas: 0,
-        wait_replicas_timeout: Duration::from_millis(500),
-        commit_linger: Duration::ZERO,
-        append_tick: Duration::from_millis(1),
-        key_prefix: format!("sbtls:{}:", uuid::Uuid::new_v4().simple()),
-        session_ttl: Duration::from_secs(60),
-        event_log_max_len: 100,
-        lease_ttl: Duration::from_secs(10),
-        liveness_check: Some(Duration::from_millis(100)),
-        hold_notice: Duration::from_secs(5),
-        hold_max: Duration::from_secs(60),
-    };
-    let (tx, rx) = mpsc::channel(switchboard::store::NOTICE_CHANNEL);
-    (Store::open(&config, tx, Default::default()).expect("the store opens"), rx)
-}
 
 fn read(path: String) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
@@ -70,7 +50,7 @@ async fn speaks_tls_only(certs: &Certificates, target: RedisTarget, plain: Redis
     let client = (read(certs.path("client.pem")), read(certs.path("client.key")));
     let full = RedisTls { ca: Some(ca.clone()), client: Some(client.clone()) };
 
-    let (store, mut notices) = open(target.clone(), full);
+    let (store, _, mut notices) = open(target.clone(), full);
     store.health.ping().await.expect("PING over TLS");
     // A write, read back; a cancel request's wake-up heard on the
     // subscription (its own TLS connection).
@@ -104,7 +84,7 @@ async fn speaks_tls_only(certs: &Certificates, target: RedisTarget, plain: Redis
         ("plain text", plain, RedisTls::default()),
     ];
     for (what, target, tls) in refused {
-        let (store, _notices) = open(target, tls);
+        let (store, _, _notices) = open(target, tls);
         let answer = store.health.ping().await;
         assert!(matches!(answer, Err(StoreError::Unavailable(_))), "{what}: {answer:?}");
     }

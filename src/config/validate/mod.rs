@@ -78,7 +78,6 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         console: raw.server.console.unwrap_or(false),
     };
 
-    let cluster_hints_off = raw.store.redis_cluster.is_some().then_some(0);
     let store = StoreConfig {
         tls: validate_redis_tls(&mut errors, raw.store.tls, redis_urls(&raw.store.redis_url, &raw.store.redis_cluster)),
         redis: validate_redis_target(&mut errors, raw.store.redis_url, raw.store.redis_cluster),
@@ -119,9 +118,8 @@ pub fn validate(raw: RawConfig, mut errors: ConfigErrors, env: EnvLookup<'_>) ->
         event_log_max_len: positive(&mut errors, "store.event_log_max_len", raw.store.event_log_max_len)
             .unwrap_or(10_000),
         lease_ttl: secs(positive(&mut errors, "store.lease_ttl_secs", raw.store.lease_ttl_secs), 10),
-        // On by default on one Redis; on a cluster only when asked for
-        // (see the module docs of `store/redis/liveness.rs`).
-        liveness_check: match raw.store.liveness_check_ms.or(cluster_hints_off) {
+        // On by default, on one Redis and on a cluster.
+        liveness_check: match raw.store.liveness_check_ms {
             Some(0) => None,
             Some(ms) if ms > MAX_LIVENESS_CHECK_MS => {
                 errors.push(

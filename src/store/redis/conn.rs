@@ -223,7 +223,11 @@ impl Conn {
                         let reply = connection
                             .route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)))
                             .await?;
-                        Ok::<u32, redis::RedisError>(redis::from_redis_value(reply)?)
+                        // An error reply is the node's (a failover's
+                        // replica, reached through a stale view, refuses
+                        // `WAIT`): the write is not acknowledged yet, and
+                        // sent again — not a reply the store cannot read.
+                        Ok::<u32, redis::RedisError>(redis::from_redis_value(reply.extract_error()?)?)
                     }
                 }))
                 .await;

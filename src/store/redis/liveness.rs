@@ -24,11 +24,8 @@
 //!
 //! With `store.liveness_check_ms = 0` an instance neither holds nor
 //! records a liveness subscription (nobody can read it dead by a hint).
-//! On a Redis Cluster the hints are off unless `store.liveness_check_ms`
-//! is set: they work there (the kill fault test runs on a cluster), but in
-//! the fault suite's primary failover under 50 turns a replica sometimes
-//! stopped answering requests for tens of seconds after the failover, not
-//! yet explained.
+//! The hints are on by default on a Redis Cluster too (the kill and the
+//! primary failover fault tests run with them).
 //!
 //! Before this instance reads or offers hints it checks that it can see
 //! its own subscription from its command connection; a proxy that does not

@@ -6,6 +6,7 @@
 //! | `process` | signals to children (`kill -STOP/-CONT/-TERM`), log tails |
 //! | `lb` | `FirstLive`: a TCP load balancer sending each connection to the first replica that accepts it |
 //! | `resp_proxy` | `HidingProxy`: a proxy to Redis whose `PUBSUB NUMSUB` sees no subscription |
+//! | `store` | the store itself, opened on a test's own Redis or cluster |
 //! | `redis` | `OwnRedis`: a redis-server of the test's own: freeze, thaw, kill, restart |
 //! | `config` | the replica's configuration (with `test_config`, the builder all suites share); tokens its tenant accepts |
 //! | `replica` | `Replica`: the `switchboard` binary as a child: kill -9, SIGTERM, restart |
@@ -30,6 +31,7 @@ pub mod redis_cluster;
 pub mod replica;
 pub mod resp_proxy;
 pub mod sse;
+pub mod store;
 pub mod tls;
 pub mod transcript;
 pub mod upstream;
