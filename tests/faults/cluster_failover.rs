@@ -9,6 +9,10 @@
 //! unchanged. Without it, Redis's asynchronous replication may lose the
 //! last acknowledged writes of the killed primary; that run counts what was
 //! lost instead of failing on it (`load-tests/RESULTS.md` reports it).
+//!
+//! The death hints are on (the default): the failover moves every
+//! subscription on the killed primary at once, and no replica may take
+//! that for a dead replica.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +25,7 @@ use crate::harness::{
 const TURNS: usize = 50;
 const WORDS: u32 = 60;
 const TURN_TIMEOUT: Duration = Duration::from_secs(60);
+const DEAD: &str = "switchboard_death_hints_total{outcome=\"dead\"}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_primary_loses_no_acknowledged_event_with_wait_replicas_and_every_turn_finishes() {
@@ -115,6 +120,18 @@ async fn failover(wait_replicas: u32) -> usize {
         lost += missing.len();
     }
     eprintln!("cluster failover: {lost} event(s) a client saw are not in the log afterwards");
+    // The death hints were on (the default) and read no live replica as
+    // dead: every subscription moved with the failover, which a changed
+    // node identity tells apart from a closed connection.
+    for (on, replica) in cluster.replicas.iter().enumerate() {
+        if !replica.log_contains("death hints on") {
+            failures.push(format!("replica {on}: the death hints never came on"));
+        }
+        let dead = cluster.metric(on, DEAD).await;
+        if dead > 0.0 {
+            failures.push(format!("replica {on} found a live replica dead ({DEAD} = {dead})"));
+        }
+    }
     if lost > 0 {
         eprintln!("{}", cluster.dump_logs());
     }
