@@ -49,6 +49,10 @@ use tokio::sync::Notify;
 struct Args {
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// A Redis Cluster instead: every node's URL, comma-separated (for
+    /// example `redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002`).
+    #[arg(long, value_delimiter = ',')]
+    redis_cluster: Option<Vec<String>>,
     /// Chats running on A when it is killed.
     #[arg(long, default_value_t = 200)]
     chats: usize,
@@ -144,7 +148,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<String> {
-    let mut admin = Admin::connect(&args.redis).await?;
+    let mut admin = match &args.redis_cluster {
+        Some(nodes) => Admin::connect_nodes(nodes).await?,
+        None => Admin::connect(&args.redis).await?,
+    };
     let mut context = Context::gather_with(&mut admin).await?;
     let mock = Mock::start().await?;
     let mut outcomes = Vec::new();
@@ -158,6 +165,7 @@ async fn run(args: Args) -> Result<String> {
         let options = |id: &str| GatewayOptions {
             lease_ttl_secs: args.lease_ttl_secs,
             liveness_check_ms: if hints { 100 } else { 0 },
+            redis_cluster: args.redis_cluster.clone(),
             ..GatewayOptions::new(id, &args.redis, &prefix, mock.addr)
         };
         let mut a = Gateway::start(&options("a")).await?;
@@ -252,7 +260,11 @@ async fn phase(args: &Args, name: &'static str, kill: bool, a: &mut Gateway, oth
 fn report(context: &Context, args: &Args, outcomes: &[Outcome]) -> String {
     let expected: String = (1..=args.tokens).map(Order::token).collect();
     let mut w = String::new();
-    context.write_header(&mut w, "kill -9 of a replica owning running chats", &args.redis);
+    let store = match &args.redis_cluster {
+        Some(nodes) => format!("a Redis Cluster at {}", nodes.join(", ")),
+        None => args.redis.clone(),
+    };
+    context.write_header(&mut w, "kill -9 of a replica owning running chats", &store);
     let _ = writeln!(
         w,
         "- {} chats on A, {} tokens {} ms apart; A killed once every chat had {} tokens; lease TTL {} s; clients rejoin B or C with Last-Event-ID\n",
