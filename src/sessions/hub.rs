@@ -25,7 +25,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
@@ -75,6 +75,9 @@ pub(super) struct Feed {
     /// follower in the store; every follower of a session running
     /// elsewhere waits for it before its first read.
     subscribed: OnceCell<()>,
+    /// Set by whoever undoes the subscription (once; see
+    /// [`EventHub::unsubscribe`]).
+    unsubscribed: AtomicBool,
     /// One read of the store into the feed at a time.
     filling: tokio::sync::Mutex<()>,
 }
@@ -117,6 +120,7 @@ impl Feed {
             changed: Notify::new(),
             followers: AtomicUsize::new(0),
             subscribed: OnceCell::new(),
+            unsubscribed: AtomicBool::new(false),
             filling: tokio::sync::Mutex::new(()),
         }
     }
@@ -253,18 +257,34 @@ impl EventHub {
     /// commit after it is announced and heard. The two are independent (the
     /// subscription has its own connection), so they run at once: one round
     /// trip, not two.
-    pub(super) async fn subscribe(&self, key: &SessionKey, feed: &Feed) {
-        feed.subscribed
-            .get_or_init(|| async {
-                let notifications = &self.inner.store.notifications;
-                let (watched, registered) =
-                    tokio::join!(notifications.watch(key), notifications.follow(key, &self.inner.instance, true));
-                if let Err(e) = watched.and(registered) {
-                    // Followers still get events committed here, and re-read on gaps.
-                    tracing::warn!(session = %key.id, error = %e, "cannot follow session; live events from other replicas may be late");
-                }
-            })
-            .await;
+    ///
+    /// The subscription is made in a task of its own and undone there if
+    /// the feed was dropped meanwhile: a follow abandoned while it waits
+    /// (its client gone), or a feed whose last follower left before the
+    /// subscription it asked for was made, leaves nothing registered.
+    pub(super) async fn subscribe(&self, key: &SessionKey, feed: &Arc<Feed>) {
+        if feed.subscribed.initialized() {
+            return;
+        }
+        let (hub, key, feed) = (self.clone(), key.clone(), feed.clone());
+        let subscribing = self.inner.tasks.spawn(async move {
+            feed.subscribed
+                .get_or_init(|| async {
+                    let notifications = &hub.inner.store.notifications;
+                    let (watched, registered) =
+                        tokio::join!(notifications.watch(&key), notifications.follow(&key, &hub.inner.instance, true));
+                    if let Err(e) = watched.and(registered) {
+                        // Followers still get events committed here, and re-read on gaps.
+                        tracing::warn!(session = %key.id, error = %e, "cannot follow session; live events from other replicas may be late");
+                    }
+                })
+                .await;
+            let held = hub.inner.feeds.get(&key).is_some_and(|f| Arc::ptr_eq(&f, &feed));
+            if !held {
+                hub.unsubscribe(key, &feed);
+            }
+        });
+        let _ = subscribing.await;
     }
 
     /// A follower of `key` is done with `feed`; the last one out of a feed
@@ -279,8 +299,16 @@ impl EventHub {
 
     fn drop_if_unused(&self, key: SessionKey, feed: &Arc<Feed>) {
         let unused = |f: &Arc<Feed>| f.followers.load(Ordering::SeqCst) == 0 && f.lock().local == 0;
-        let removed = self.inner.feeds.remove_if(&key, |_, f| Arc::ptr_eq(f, feed) && unused(f));
-        if removed.is_none() || feed.subscribed.get().is_none() {
+        if self.inner.feeds.remove_if(&key, |_, f| Arc::ptr_eq(f, feed) && unused(f)).is_some() {
+            self.unsubscribe(key, feed);
+        }
+    }
+
+    /// Undoes a dropped feed's subscription, once it is made (a
+    /// subscription still being made is undone by [`Self::subscribe`]'s
+    /// task when it finds the feed gone), and only once.
+    fn unsubscribe(&self, key: SessionKey, feed: &Feed) {
+        if feed.subscribed.get().is_none() || feed.unsubscribed.swap(true, Ordering::SeqCst) {
             return;
         }
         let (store, instance) = (self.inner.store.clone(), self.inner.instance.clone());
@@ -500,8 +528,80 @@ pub(super) fn push_coalesced(events: &mut Vec<Event>, event: Event) {
 
 #[cfg(test)]
 mod tests {
+    use std::{sync::atomic::AtomicIsize, time::Duration};
+
+    use async_trait::async_trait;
+    use tokio::sync::Semaphore;
+
     use super::*;
-    use crate::domain::AgentRef;
+    use crate::{config::StoreConfig, domain::AgentRef, store::Notifications};
+
+    /// Notifications whose watches are registered when asked (as the Redis
+    /// store's are: the request is sent, then its answer awaited) and
+    /// answered only when the test lets them; the registrations counted.
+    struct Gated {
+        answers: Semaphore,
+        watched: AtomicIsize,
+        asked: Notify,
+        changed: Notify,
+    }
+
+    #[async_trait]
+    impl Notifications for Gated {
+        async fn watch(&self, _key: &SessionKey) -> Result<(), StoreError> {
+            self.watched.fetch_add(1, Ordering::SeqCst);
+            self.asked.notify_one();
+            self.answers.acquire().await.expect("open").forget();
+            Ok(())
+        }
+        async fn unwatch(&self, _key: &SessionKey) -> Result<(), StoreError> {
+            self.watched.fetch_sub(1, Ordering::SeqCst);
+            self.changed.notify_one();
+            Ok(())
+        }
+        async fn listen(&self, _instance: &str) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn follow(&self, _key: &SessionKey, _instance: &str, _following: bool) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// A follow abandoned while its subscription is being made (its client
+    /// gone), the feed dropped with it: once the store answers, the watch
+    /// is undone — nothing stays registered for a feed nobody has.
+    #[tokio::test]
+    async fn a_subscription_made_for_a_feed_dropped_meanwhile_is_undone() {
+        let gated = Arc::new(Gated {
+            answers: Semaphore::new(0),
+            watched: AtomicIsize::new(0),
+            asked: Notify::new(),
+            changed: Notify::new(),
+        });
+        let (notices_tx, notices) = mpsc::channel(16);
+        let mut store = Store::open(&StoreConfig::for_unit_tests(), notices_tx, Default::default()).unwrap();
+        store.notifications = gated.clone();
+        let (wakes, _wakes) = mpsc::channel(16);
+        let hub = EventHub::start(store, "a#1".into(), notices, wakes, TaskTracker::new(), CancellationToken::new());
+        let key = SessionKey::new("acme", "s1");
+
+        let feed = hub.join(&key);
+        let asked = gated.asked.notified();
+        let follow = tokio::spawn({
+            let (hub, key, feed) = (hub.clone(), key.clone(), feed.clone());
+            async move { hub.subscribe(&key, &feed).await }
+        });
+        asked.await;
+        follow.abort();
+        hub.release(key.clone(), feed);
+        assert!(hub.inner.feeds.get(&key).is_none(), "the feed is dropped");
+        assert_eq!(gated.watched.load(Ordering::SeqCst), 1, "the watch was asked for");
+
+        let undone = gated.changed.notified();
+        gated.answers.add_permits(1);
+        tokio::time::timeout(Duration::from_secs(5), undone).await.expect("the watch is undone");
+        assert_eq!(gated.watched.load(Ordering::SeqCst), 0);
+    }
 
     fn event(kind: EventKind, agent: &str) -> Event {
         Event { kind, agent: AgentRef { agent_id: agent.into(), parent_id: None, depth: 0 }, ts: 0 }
