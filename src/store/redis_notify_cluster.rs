@@ -25,9 +25,11 @@
 //! its loop, so a node that does not answer (a primary just killed, a
 //! client's stale view of the topology) delays the watchers of that node's
 //! channels, each by at most [`COMMAND_TIMEOUT`], and nobody else's: a
-//! watch that comes while a repair runs is counted and answered at once,
-//! and a second repair subscribes what the first did not include before
-//! the [`Notice::Resubscribed`] that tells its follower to read again.
+//! watch that comes while a repair runs is subscribed beside it and
+//! answered once confirmed (at start-up, before the first connection is
+//! made, once the repair making it ends); while a failed repair waits to be
+//! tried again, it is counted and answered at once, and that repair's
+//! [`Notice::Resubscribed`] tells its follower to read again.
 //! Commands on one channel stay in order: one in flight per channel, the
 //! rest queued behind it. (Waiting on the node in the loop itself made a
 //! replica's new followers wait tens of seconds behind a failover's timed-out
@@ -115,6 +117,10 @@ struct State {
     /// Commands on the node in flight.
     ops: FuturesUnordered<Op>,
     busy: HashMap<String, Busy>,
+    /// Commands that came while the first connection was being made: run
+    /// (in order) once the repair making it ends, so a watch asked at
+    /// start-up is answered once its channel is subscribed.
+    deferred: VecDeque<Command>,
     pinging: bool,
 }
 
@@ -130,6 +136,7 @@ impl Task {
             owe_resubscribed: false,
             ops: FuturesUnordered::new(),
             busy: HashMap::new(),
+            deferred: VecDeque::new(),
             pinging: false,
         };
         let mut keepalive = interval_at(Instant::now() + KEEPALIVE, KEEPALIVE);
@@ -225,6 +232,9 @@ impl Task {
                 state.start(Target::Channel(channel.clone()), "SUNSUBSCRIBE", channel, None);
             }
         }
+        for command in std::mem::take(&mut state.deferred) {
+            state.apply(command);
+        }
     }
 }
 
@@ -240,10 +250,12 @@ impl State {
         }
     }
 
-    /// Whether a channel's subscription is sent now (connected, every
-    /// channel confirmed); otherwise the next repair subscribes it.
+    /// Whether a channel's subscription is sent now (connected, and no
+    /// failed re-subscription waiting to be tried again; beside a repair
+    /// that runs, whose list was read before); otherwise the next repair
+    /// subscribes it.
     fn subscribing(&self) -> bool {
-        self.connection.is_some() && self.repair_at.is_none() && self.repair.is_none()
+        self.connection.is_some() && self.repair_at.is_none()
     }
 
     /// Connects if needed and subscribes the orphans channel and every
@@ -293,6 +305,10 @@ impl State {
             busy.queued.push_back(command);
             return;
         }
+        if self.repair.is_some() && self.connection.is_none() {
+            self.deferred.push_back(command);
+            return;
+        }
         match command {
             Command::Watch { channel, key, done } => {
                 let first = self.watched.add(&channel, key);
@@ -300,16 +316,13 @@ impl State {
                     self.start(Target::Channel(channel.clone()), "SSUBSCRIBE", channel, Some(done));
                     return;
                 }
-                if first && self.repair.is_some() {
-                    self.again = true;
-                    self.owe_resubscribed = true;
-                }
                 let _ = done.send(());
             }
             Command::Unwatch { channel, done } => {
                 // A failure leaves a subscription nobody reads: its messages
-                // are ignored. While a repair runs, its end unsubscribes.
-                if self.watched.remove(&channel) && self.connection.is_some() && self.repair.is_none() {
+                // are ignored. A repair that subscribed it meanwhile
+                // unsubscribes it at its end.
+                if self.watched.remove(&channel) && self.connection.is_some() {
                     self.start(Target::Channel(channel.clone()), "SUNSUBSCRIBE", channel, None);
                 }
                 let _ = done.send(());
@@ -333,9 +346,6 @@ impl State {
                         (target, result)
                     }));
                     return;
-                }
-                if new && self.repair.is_some() {
-                    self.again = true;
                 }
                 let _ = done.send(());
             }
