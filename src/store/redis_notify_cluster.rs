@@ -94,7 +94,6 @@ struct Repaired {
 
 /// A channel with a command on the node: who waits for its answer, and the
 /// commands on the same channel that came meanwhile (run after it, in order).
-#[derive(Default)]
 struct Busy {
     done: Option<oneshot::Sender<()>>,
     queued: VecDeque<Command>,
@@ -229,7 +228,8 @@ impl Task {
         }
         for channel in repaired.channels {
             if !state.watched.contains(&channel) && !state.busy.contains_key(&channel) {
-                state.start(Target::Channel(channel.clone()), "SUNSUBSCRIBE", channel, None);
+                let commands = vec![("SUNSUBSCRIBE", channel.clone())];
+                state.start(Target::Channel(channel.clone()), channel, commands, None);
             }
         }
         for command in std::mem::take(&mut state.deferred) {
@@ -264,11 +264,12 @@ impl State {
         self.repair_at = None;
         self.again = false;
         let (client, connection) = (client.clone(), self.connection.clone());
-        let mut plain = vec![orphans.to_string()];
-        plain.extend(self.watched.own().cloned());
         // Shard channels: each subscribed on its slot's primary (where the
         // liveness channel's subscriber count is read).
         let sharded: Vec<String> = self.watched.live().into_iter().chain(self.watched.channels()).cloned().collect();
+        let mut commands = vec![("SUBSCRIBE", orphans.to_string())];
+        commands.extend(self.watched.own().map(|own| ("SUBSCRIBE", own.clone())));
+        commands.extend(sharded.iter().map(|channel| ("SSUBSCRIBE", channel.clone())));
         self.repair = Some(Box::pin(async move {
             let mut connection = connection;
             let result = async {
@@ -279,14 +280,7 @@ impl State {
                         .map_err(|e| e.to_string())?;
                     connection = Some(made);
                 }
-                let on = connection.as_mut().expect("connected above");
-                for channel in &plain {
-                    command_on(on, "SUBSCRIBE", channel).await?;
-                }
-                for channel in &sharded {
-                    command_on(on, "SSUBSCRIBE", channel).await?;
-                }
-                Ok::<(), String>(())
+                commands_on(connection.as_mut().expect("connected above"), &commands).await
             }
             .await;
             Repaired { connection, channels: sharded, result }
@@ -313,7 +307,8 @@ impl State {
             Command::Watch { channel, key, done } => {
                 let first = self.watched.add(&channel, key);
                 if first && self.subscribing() {
-                    self.start(Target::Channel(channel.clone()), "SSUBSCRIBE", channel, Some(done));
+                    let commands = vec![("SSUBSCRIBE", channel.clone())];
+                    self.start(Target::Channel(channel.clone()), channel, commands, Some(done));
                     return;
                 }
                 let _ = done.send(());
@@ -323,7 +318,8 @@ impl State {
                 // are ignored. A repair that subscribed it meanwhile
                 // unsubscribes it at its end.
                 if self.watched.remove(&channel) && self.connection.is_some() {
-                    self.start(Target::Channel(channel.clone()), "SUNSUBSCRIBE", channel, None);
+                    let commands = vec![("SUNSUBSCRIBE", channel.clone())];
+                    self.start(Target::Channel(channel.clone()), channel, commands, None);
                 }
                 let _ = done.send(());
             }
@@ -331,20 +327,10 @@ impl State {
             Command::Listen { channel, live, done } => {
                 let new = self.watched.listen(channel.clone(), live.clone());
                 if new && self.subscribing() {
-                    let mut connection = self.connection.clone().expect("subscribing means connected");
                     let target = Target::Listen { channel: channel.clone(), live: live.is_some() };
-                    self.busy.insert(channel.clone(), Busy { done: Some(done), queued: VecDeque::new() });
-                    self.ops.push(Box::pin(async move {
-                        let result = async {
-                            command_on(&mut connection, "SUBSCRIBE", &channel).await?;
-                            match &live {
-                                Some(live) => command_on(&mut connection, "SSUBSCRIBE", live).await,
-                                None => Ok(()),
-                            }
-                        }
-                        .await;
-                        (target, result)
-                    }));
+                    let mut commands = vec![("SUBSCRIBE", channel.clone())];
+                    commands.extend(live.map(|live| ("SSUBSCRIBE", live)));
+                    self.start(target, channel, commands, Some(done));
                     return;
                 }
                 let _ = done.send(());
@@ -352,17 +338,24 @@ impl State {
         }
     }
 
-    /// Sends `name channel` beside the loop; `done` is answered when the
-    /// node has.
-    fn start(&mut self, target: Target, name: &'static str, channel: String, done: Option<oneshot::Sender<()>>) {
+    /// Sends `commands` (each a command and its channel), in order, beside
+    /// the loop, `channel` busy meanwhile; `done` is answered when the node
+    /// has.
+    fn start(
+        &mut self,
+        target: Target,
+        channel: String,
+        commands: Vec<(&'static str, String)>,
+        done: Option<oneshot::Sender<()>>,
+    ) {
         let Some(mut connection) = self.connection.clone() else {
             if let Some(done) = done {
                 let _ = done.send(());
             }
             return;
         };
-        self.busy.insert(channel.clone(), Busy { done, queued: VecDeque::new() });
-        self.ops.push(Box::pin(async move { (target, command_on(&mut connection, name, &channel).await) }));
+        self.busy.insert(channel, Busy { done, queued: VecDeque::new() });
+        self.ops.push(Box::pin(async move { (target, commands_on(&mut connection, &commands).await) }));
     }
 
     /// A command on the node answered (or timed out): its caller is
@@ -413,6 +406,14 @@ impl State {
             (Target::Ping, if matches!(ping, Ok(Ok(_))) { Ok(()) } else { Err("keep-alive PING failed".to_string()) })
         }));
     }
+}
+
+/// Each `(command, channel)` in turn, stopping at the first failure.
+async fn commands_on(connection: &mut ClusterConnection, commands: &[(&'static str, String)]) -> Result<(), String> {
+    for (name, channel) in commands {
+        command_on(connection, name, channel).await?;
+    }
+    Ok(())
 }
 
 async fn command_on(connection: &mut ClusterConnection, name: &str, channel: &str) -> Result<(), String> {
