@@ -228,6 +228,12 @@ impl Follower {
                 }
                 Taken::Gap => return self.catch_up().await,
                 Taken::Nothing => {
+                    // Stopped running here while this follow goes on: the
+                    // rest comes through the store.
+                    if feed.detached() {
+                        self.hub.attach(&self.key, &feed).await;
+                        continue;
+                    }
                     if let Some((seen, held)) = feed.held_since(self.held_seen) {
                         self.held_seen = seen;
                         if let Some(held) = held {

@@ -19,7 +19,9 @@
 //! [`Follower`](super::follower::Follower) (`follower.rs`) replays from the store after its cursor,
 //! then takes live events from the feed. When a session stops running
 //! here while clients still follow it (a hand-off, a takeover elsewhere),
-//! its feed registers then.
+//! its feed registers when the first of them waits for more; followers
+//! that the turn's end ends (the streams of a turn that ended here) never
+//! do, so a chat leaves nothing registered behind.
 
 use std::{
     collections::VecDeque,
@@ -188,6 +190,12 @@ impl Feed {
         Taken::Some
     }
 
+    /// The session stopped running here and nothing subscribed for its
+    /// feed yet: a follower must [`EventHub::attach`] it before it waits.
+    pub(super) fn detached(&self) -> bool {
+        self.lock().local == 0 && !self.subscribed.initialized()
+    }
+
     /// For a follower joining at `after`: the events after it, when the
     /// session runs here and the ring holds all of them (none to read from
     /// the store), with where the log ends.
@@ -329,7 +337,8 @@ impl EventHub {
     }
 
     /// The session stops running here. Its followers, if any, now hear of
-    /// it through the store like those of any session running elsewhere.
+    /// it through the store like those of any session running elsewhere —
+    /// from the moment one of them waits for more.
     pub(super) fn ran_here(&self, key: &SessionKey) {
         let Some(feed) = self.inner.feeds.get(key).map(|f| f.clone()) else { return };
         let still = {
@@ -344,12 +353,20 @@ impl EventHub {
             self.drop_if_unused(key.clone(), &feed);
             return;
         }
-        let (hub, key) = (self.clone(), key.clone());
-        self.inner.tasks.spawn(async move {
-            hub.subscribe(&key, &feed).await;
-            // What was appended before the registration took effect.
-            hub.fill(&key, &feed).await;
-        });
+        // Followers waiting on it look again: one that still needs events
+        // subscribes then (`attach`). Those the turn's end ends (every
+        // stream of the turn, usually) never wait again, so a chat whose
+        // client leaves at its turn's end registers nothing in the store.
+        feed.changed.notify_waiters();
+    }
+
+    /// Makes a feed that stopped running here hear of the session through
+    /// the store, for a follower that waits for more (see
+    /// [`Feed::detached`]): subscribed, then filled with what was appended
+    /// before the registration took effect.
+    pub(super) async fn attach(&self, key: &SessionKey, feed: &Arc<Feed>) {
+        self.subscribe(key, feed).await;
+        self.fill(key, feed).await;
     }
 
     pub(super) async fn read_after(&self, key: &SessionKey, after: u64, limit: usize) -> Result<LogRange, StoreError> {
@@ -542,6 +559,8 @@ mod tests {
     struct Gated {
         answers: Semaphore,
         watched: AtomicIsize,
+        /// Watches asked for, in all.
+        asks: AtomicIsize,
         asked: Notify,
         changed: Notify,
     }
@@ -550,6 +569,7 @@ mod tests {
     impl Notifications for Gated {
         async fn watch(&self, _key: &SessionKey) -> Result<(), StoreError> {
             self.watched.fetch_add(1, Ordering::SeqCst);
+            self.asks.fetch_add(1, Ordering::SeqCst);
             self.asked.notify_one();
             self.answers.acquire().await.expect("open").forget();
             Ok(())
@@ -572,17 +592,7 @@ mod tests {
     /// is undone — nothing stays registered for a feed nobody has.
     #[tokio::test]
     async fn a_subscription_made_for_a_feed_dropped_meanwhile_is_undone() {
-        let gated = Arc::new(Gated {
-            answers: Semaphore::new(0),
-            watched: AtomicIsize::new(0),
-            asked: Notify::new(),
-            changed: Notify::new(),
-        });
-        let (notices_tx, notices) = mpsc::channel(16);
-        let mut store = Store::open(&StoreConfig::for_unit_tests(), notices_tx, Default::default()).unwrap();
-        store.notifications = gated.clone();
-        let (wakes, _wakes) = mpsc::channel(16);
-        let hub = EventHub::start(store, "a#1".into(), notices, wakes, TaskTracker::new(), CancellationToken::new());
+        let (gated, hub, _) = gated(0);
         let key = SessionKey::new("acme", "s1");
 
         let feed = hub.join(&key);
@@ -601,6 +611,86 @@ mod tests {
         gated.answers.add_permits(1);
         tokio::time::timeout(Duration::from_secs(5), undone).await.expect("the watch is undone");
         assert_eq!(gated.watched.load(Ordering::SeqCst), 0);
+    }
+
+    /// A hub on [`Gated`] notifications with `answers` answers ready, and
+    /// the tracker of its tasks.
+    fn gated(answers: usize) -> (Arc<Gated>, EventHub, (TaskTracker, CancellationToken)) {
+        let gated = Arc::new(Gated {
+            answers: Semaphore::new(answers),
+            watched: AtomicIsize::new(0),
+            asks: AtomicIsize::new(0),
+            asked: Notify::new(),
+            changed: Notify::new(),
+        });
+        let (notices_tx, notices) = mpsc::channel(16);
+        let mut store = Store::open(&StoreConfig::for_unit_tests(), notices_tx, Default::default()).unwrap();
+        store.notifications = gated.clone();
+        let (wakes, _wakes) = mpsc::channel(16);
+        let (tasks, shutdown) = (TaskTracker::new(), CancellationToken::new());
+        let hub = EventHub::start(store, "a#1".into(), notices, wakes, tasks.clone(), shutdown.clone());
+        (gated, hub, (tasks, shutdown))
+    }
+
+    /// Every event the follow hands out, until it ends.
+    async fn drain(follower: &mut crate::sessions::Follower) -> Vec<EventKind> {
+        let mut kinds = Vec::new();
+        while let Some(item) = tokio::time::timeout(Duration::from_secs(5), follower.next()).await.expect("not stuck") {
+            if let FollowItem::Event(event) = item {
+                kinds.push(event.event.kind.clone());
+            }
+        }
+        kinds
+    }
+
+    /// The stream of a turn that ends here (the client reads on after the
+    /// runner is done) ends at the turn's end from memory: nothing is
+    /// registered in the store for it, then or later.
+    #[tokio::test]
+    async fn a_stream_the_turns_end_ends_registers_nothing_in_the_store() {
+        let (gated, hub, (tasks, shutdown)) = gated(10);
+        let key = SessionKey::new("acme", "s1");
+        hub.run_here(&key, 1, vec![event(EventKind::TextDelta { text: "a".into() }, "main")]);
+        let mut follower = hub.follow(key.clone(), 0, 0, false).await;
+        let ended = EventKind::TurnEnded {
+            reason: crate::domain::TurnEndReason::Final,
+            iterations: 1,
+            usage: Default::default(),
+            title_pending: false,
+        };
+        hub.broadcast(&key, 2, vec![event(ended.clone(), "main")]);
+        // The runner is done before the client has read the end.
+        hub.ran_here(&key);
+        let kinds = drain(&mut follower).await;
+        assert_eq!(kinds.last(), Some(&ended));
+        drop(follower);
+        shutdown.cancel();
+        tasks.close();
+        tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await.expect("the hub's tasks end");
+        assert_eq!(gated.asks.load(Ordering::SeqCst), 0, "no watch was asked for");
+        assert!(hub.inner.feeds.get(&key).is_none(), "the feed is dropped");
+    }
+
+    /// A follower still waiting when the session stops running here (a
+    /// hand-off mid-turn) subscribes then, and hears what comes next.
+    #[tokio::test]
+    async fn a_follower_waiting_when_the_session_stops_running_here_subscribes() {
+        let (gated, hub, _tasks) = gated(10);
+        let key = SessionKey::new("acme", "s1");
+        hub.run_here(&key, 1, vec![event(EventKind::TextDelta { text: "a".into() }, "main")]);
+        let mut follower = hub.follow(key.clone(), 0, 0, false).await;
+        assert!(matches!(follower.next().await, Some(FollowItem::Event(_))));
+        let asked = gated.asked.notified();
+        let reading = tokio::spawn(async move { drain(&mut follower).await });
+        hub.ran_here(&key);
+        tokio::time::timeout(Duration::from_secs(5), asked).await.expect("the follower subscribes");
+        assert_eq!(gated.watched.load(Ordering::SeqCst), 1);
+        // Heard from the replica that runs the session now.
+        let more = event(EventKind::TextDelta { text: "b".into() }, "main");
+        let ended = EventKind::Paused { pending_relays: Vec::new(), pending_calls: Vec::new() };
+        hub.broadcast(&key, 2, vec![more.clone(), event(ended.clone(), "main")]);
+        let kinds = tokio::time::timeout(Duration::from_secs(5), reading).await.expect("the follow ends").unwrap();
+        assert_eq!(kinds, vec![more.kind, ended]);
     }
 
     fn event(kind: EventKind, agent: &str) -> Event {

@@ -44,11 +44,17 @@
 //! Back-pressure: a session may have at most [`ROOM`] streamed events
 //! waiting; the turn's next event waits for room, which stops it reading
 //! from the model until the store catches up.
+//!
+//! Streamed events do not travel as messages: a pipe adds them to one list
+//! under a short lock ([`Streamed`]) and wakes the writer only when the
+//! list was empty, and the writer takes the whole list at each turn of its
+//! loop (and before any transition, so a session's events stay in order).
+//! A busy writer is not woken once per token.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     sync::{
-        Arc, OnceLock,
+        Arc, Mutex, MutexGuard, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -56,7 +62,7 @@ use std::{
 
 use futures::future::BoxFuture;
 use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
     time::Instant,
 };
 use tokio_util::sync::CancellationToken;
@@ -138,7 +144,8 @@ pub struct Stops {
 /// tenure's queue), cheap to look up per token.
 type Tenure = u64;
 
-/// What a pipe sends the writer.
+/// What a pipe sends the writer: `Open` and `Event` through [`Streamed`]
+/// (in order with each other), the rest as messages.
 enum Submission {
     /// A tenure begins (its acquiring commit was made elsewhere); the log
     /// ends at `last_seq`.
@@ -169,10 +176,80 @@ enum Submission {
     },
 }
 
+/// The streamed events of every pipe (and the opening of each tenure,
+/// which comes before them), waiting for the writer to take them (see the
+/// module docs).
+#[derive(Default)]
+struct Streamed {
+    waiting: Mutex<Waiting>,
+    /// Wakes the writer when the first event arrives after a take.
+    arrived: Notify,
+}
+
+#[derive(Default)]
+struct Waiting {
+    events: Vec<Submission>,
+    /// The writer has stopped: nothing is taken any more.
+    closed: bool,
+}
+
+impl Streamed {
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
+        // Nothing panics while holding it; a poisoned lock is still usable.
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds an event (or an opening); false once the writer has stopped.
+    fn push(&self, event: Submission) -> bool {
+        let first = {
+            let mut waiting = self.lock();
+            if waiting.closed {
+                return false;
+            }
+            waiting.events.push(event);
+            waiting.events.len() == 1
+        };
+        if first {
+            self.arrived.notify_one();
+        }
+        true
+    }
+
+    /// Takes what waits into `into` (emptied first; its room is reused).
+    fn take(&self, into: &mut Vec<Submission>) {
+        into.clear();
+        let mut waiting = self.lock();
+        if !waiting.events.is_empty() {
+            std::mem::swap(&mut waiting.events, into);
+        }
+    }
+
+    /// The writer stopped: what waits is dropped (its room freed), later
+    /// pushes fail.
+    fn close(&self) {
+        let events = {
+            let mut waiting = self.lock();
+            waiting.closed = true;
+            std::mem::take(&mut waiting.events)
+        };
+        drop(events);
+    }
+}
+
+/// Closes [`Streamed`] when the writer's task ends, however it ends.
+struct CloseOnDrop(Arc<Streamed>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// The writer's handle.
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Submission>,
+    streamed: Arc<Streamed>,
     tenures: Arc<AtomicU64>,
 }
 
@@ -182,6 +259,7 @@ pub struct Writer {
 pub struct Pipe {
     tenure: Tenure,
     tx: mpsc::Sender<Submission>,
+    streamed: Arc<Streamed>,
     room: Arc<Semaphore>,
     broken: Arc<OnceLock<WriteError>>,
 }
@@ -199,6 +277,7 @@ impl Writer {
         tasks: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::channel(INBOX);
+        let streamed = Arc::new(Streamed::default());
         let task = Task {
             store,
             hub,
@@ -210,10 +289,12 @@ impl Writer {
             ready: HashSet::new(),
             failing: HashSet::new(),
             inbox: rx,
+            streamed: streamed.clone(),
+            taken: Vec::new(),
             last_round: None,
         };
         tasks.spawn(task.run(stops.shutdown, stops.halt));
-        Self { tx, tenures: Arc::new(AtomicU64::new(0)) }
+        Self { tx, streamed, tenures: Arc::new(AtomicU64::new(0)) }
     }
 
     /// Opens the pipe of a tenure that began with commit `epoch`, after
@@ -222,10 +303,16 @@ impl Writer {
         let tenure = self.tenures.fetch_add(1, Ordering::Relaxed) + 1;
         let broken = Arc::new(OnceLock::new());
         let open = Submission::Open { tenure, key, epoch, last_seq, broken: broken.clone() };
-        if self.tx.send(open).await.is_err() {
+        if !self.streamed.push(open) {
             let _ = broken.set(WriteError::Stopped);
         }
-        Pipe { tenure, tx: self.tx.clone(), room: Arc::new(Semaphore::new(ROOM)), broken }
+        Pipe {
+            tenure,
+            tx: self.tx.clone(),
+            streamed: self.streamed.clone(),
+            room: Arc::new(Semaphore::new(ROOM)),
+            broken,
+        }
     }
 
     /// Another instance began following `key` (its owner, this replica,
@@ -249,7 +336,7 @@ impl Pipe {
         }
         let permit = self.room.clone().acquire_owned().await.map_err(|_| WriteError::Stopped)?;
         let event = Submission::Event { tenure: self.tenure, event, permit };
-        self.tx.send(event).await.map_err(|_| WriteError::Stopped)
+        if self.streamed.push(event) { Ok(()) } else { Err(WriteError::Stopped) }
     }
 
     /// Commits `change` after everything queued before it; waits for the
@@ -402,6 +489,9 @@ struct Task {
     /// waiting on a node that does not answer takes as long as it takes).
     failing: HashSet<Tenure>,
     inbox: mpsc::Receiver<Submission>,
+    streamed: Arc<Streamed>,
+    /// The last take of `streamed` (kept for its room).
+    taken: Vec<Submission>,
     /// When the last round was sent.
     last_round: Option<Instant>,
 }
@@ -413,8 +503,13 @@ impl Task {
     /// What wakes the loop: a submission, the round's answer, the next
     /// tick, retry or linger's end, shutdown or halt.
     async fn run(mut self, shutdown: CancellationToken, halt: CancellationToken) {
+        let _close = CloseOnDrop(self.streamed.clone());
         let mut in_flight: Option<BoxFuture<'static, Round>> = None;
+        // Waited for once, not registered anew at every turn of the loop.
+        let (stopping, halting) = (shutdown.cancelled(), halt.cancelled());
+        tokio::pin!(stopping, halting);
         loop {
+            self.take_streamed();
             let mut wake = None;
             if in_flight.is_none() {
                 match self.dispatch(Instant::now(), false) {
@@ -426,9 +521,9 @@ impl Task {
             tokio::select! {
                 submission = self.inbox.recv() => match submission {
                     Some(submission) => {
-                        self.accept(submission);
+                        self.receive(submission);
                         while let Ok(more) = self.inbox.try_recv() {
-                            self.accept(more);
+                            self.receive(more);
                         }
                     }
                     None => break,
@@ -437,10 +532,11 @@ impl Task {
                     in_flight = None;
                     self.settle(round).await;
                 }
+                () = self.streamed.arrived.notified() => {}
                 () = sleep_until(wake) => {}
                 () = sleep_until(notice) => self.notify_held(Instant::now()),
-                () = shutdown.cancelled() => break,
-                () = halt.cancelled() => return,
+                () = &mut stopping => break,
+                () = &mut halting => return,
             }
         }
         // Shutdown: one last attempt at what is queued, so acknowledged
@@ -450,8 +546,9 @@ impl Task {
             if let Some(round) = in_flight.take() {
                 self.settle(round.await).await;
             }
+            self.take_streamed();
             while let Ok(more) = self.inbox.try_recv() {
-                self.accept(more);
+                self.receive(more);
             }
             self.pacing.linger = Duration::ZERO;
             for queue in self.queues.values_mut() {
@@ -467,6 +564,24 @@ impl Task {
             () = tokio::time::sleep(give_up) => tracing::warn!("writes still queued at shutdown were dropped"),
             () = halt.cancelled() => {}
         }
+    }
+
+    /// Queues the streamed events (and openings) that wait (see
+    /// [`Streamed`]).
+    fn take_streamed(&mut self) {
+        let mut taken = std::mem::take(&mut self.taken);
+        self.streamed.take(&mut taken);
+        for submission in taken.drain(..) {
+            self.accept(submission);
+        }
+        self.taken = taken;
+    }
+
+    /// Takes a message: first what was streamed before it (a tenure's
+    /// opening and events come before its transitions and its close).
+    fn receive(&mut self, submission: Submission) {
+        self.take_streamed();
+        self.accept(submission);
     }
 
     fn accept(&mut self, submission: Submission) {
@@ -501,15 +616,6 @@ impl Task {
                     },
                 );
             }
-            Submission::Event { tenure, event, permit } => {
-                if let Some(queue) = self.queues.get_mut(&tenure)
-                    && queue.broken.get().is_none()
-                {
-                    queue.oldest.get_or_insert_with(Instant::now);
-                    queue.items.push_back(Item::Event(Some(event), permit));
-                    self.ready.insert(tenure);
-                }
-            }
             Submission::Commit { tenure, change, ack } => match self.queues.get_mut(&tenure) {
                 Some(queue) => match queue.broken.get() {
                     None => {
@@ -523,6 +629,15 @@ impl Task {
                 // or the writer is shutting down.
                 None => drop(ack.send(Err(WriteError::Fenced))),
             },
+            Submission::Event { tenure, event, permit } => {
+                if let Some(queue) = self.queues.get_mut(&tenure)
+                    && queue.broken.get().is_none()
+                {
+                    queue.oldest.get_or_insert_with(Instant::now);
+                    queue.items.push_back(Item::Event(Some(event), permit));
+                    self.ready.insert(tenure);
+                }
+            }
             Submission::Close { tenure } => {
                 if let Some(queue) = self.queues.get_mut(&tenure) {
                     queue.closing = true;
@@ -940,6 +1055,26 @@ mod tests {
         // After a transition, the next token starts a step: at once.
         f.pipe.emit(text("c")).await.unwrap();
         f.committed(&["a", "b", "!", "c"]).await;
+    }
+
+    /// Once the writer has stopped, what waited for it is dropped (its
+    /// room freed, so no emitter waits for room forever) and later events
+    /// are refused (the pipe answers `Stopped`).
+    #[test]
+    fn events_after_the_writer_stopped_are_refused_and_their_room_freed() {
+        let streamed = Streamed::default();
+        let room = Arc::new(Semaphore::new(1));
+        let event = |room: &Arc<Semaphore>| Submission::Event {
+            tenure: 1,
+            event: text("a"),
+            permit: room.clone().try_acquire_owned().expect("room"),
+        };
+        assert!(streamed.push(event(&room)));
+        assert_eq!(room.available_permits(), 0);
+        streamed.close();
+        assert_eq!(room.available_permits(), 1, "what waited is dropped");
+        assert!(!streamed.push(event(&room)));
+        assert_eq!(room.available_permits(), 1);
     }
 
     #[tokio::test(start_paused = true)]

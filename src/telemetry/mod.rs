@@ -116,16 +116,21 @@ impl Telemetry {
                 .with_writer(settings.log_writer)
                 .boxed()
         };
-        let spans = provider.as_ref().map(|provider| {
-            tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("switchboard"))
-                .with_filter(Targets::new().with_target("switchboard", tracing::Level::INFO))
-        });
-        Registry::default()
-            .with(logs.with_filter(filter))
-            .with(spans)
-            .try_init()
-            .map_err(|_| TelemetryError::AlreadyInstalled)?;
+        let installed = match provider.as_ref() {
+            // Spans go out at INFO whatever the log level: each layer has
+            // its own filter.
+            Some(provider) => {
+                let spans = tracing_opentelemetry::layer()
+                    .with_tracer(provider.tracer("switchboard"))
+                    .with_filter(Targets::new().with_target("switchboard", tracing::Level::INFO));
+                Registry::default().with(logs.with_filter(filter)).with(spans).try_init()
+            }
+            // Logs alone: one filter for the whole subscriber, so a span's
+            // enter and exit (each poll of an instrumented task, each
+            // frame of a response) skip the per-layer filter's lookups.
+            None => Registry::default().with(filter.and_then(logs)).try_init(),
+        };
+        installed.map_err(|_| TelemetryError::AlreadyInstalled)?;
         if provider.is_some() {
             opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
         }
