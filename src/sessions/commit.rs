@@ -195,7 +195,7 @@ impl Sessions {
                     let _running = metrics.running_session();
                     // Decisions, cancels and takeovers elsewhere arrive as
                     // wake-ups on this instance's own channel (the hub listens).
-                    let pipe = sessions.inner.writer.open(key.clone(), committed.epoch, committed.last_seq).await;
+                    let pipe = sessions.inner.writer.open(key.clone(), committed.epoch, committed.last_seq);
                     let (from, continuation) = match takeover {
                         Some(t) => {
                             if t.cancel {

@@ -227,13 +227,10 @@ impl Follower {
                     return None;
                 }
                 Taken::Gap => return self.catch_up().await,
+                // Stopped running here while this follow goes on: the rest
+                // comes through the store.
+                Taken::Detached => self.hub.attach(&self.key, &feed).await,
                 Taken::Nothing => {
-                    // Stopped running here while this follow goes on: the
-                    // rest comes through the store.
-                    if feed.detached() {
-                        self.hub.attach(&self.key, &feed).await;
-                        continue;
-                    }
                     if let Some((seen, held)) = feed.held_since(self.held_seen) {
                         self.held_seen = seen;
                         if let Some(held) = held {

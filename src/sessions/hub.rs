@@ -111,6 +111,10 @@ pub(super) enum Taken {
     Some,
     /// Nothing new.
     Nothing,
+    /// Nothing new, and the session stopped running here with nothing
+    /// subscribed for the feed yet: the follower must
+    /// [`EventHub::attach`] it before it waits.
+    Detached,
     /// The ring no longer holds the next event: read the store.
     Gap,
 }
@@ -178,9 +182,12 @@ impl Feed {
     /// Appends to `ready` the events after `after` the ring holds.
     pub(super) fn take_after(&self, after: u64, ready: &mut VecDeque<Arc<LogEvent>>) -> Taken {
         let state = self.lock();
-        let Some(front) = state.recent.front() else { return Taken::Nothing };
+        let nothing = || {
+            if state.local == 0 && !self.subscribed.initialized() { Taken::Detached } else { Taken::Nothing }
+        };
+        let Some(front) = state.recent.front() else { return nothing() };
         if state.last.is_none_or(|l| l <= after) {
-            return Taken::Nothing;
+            return nothing();
         }
         if front.seq > after + 1 {
             return Taken::Gap;
@@ -188,12 +195,6 @@ impl Feed {
         let skip = (after + 1 - front.seq) as usize;
         ready.extend(state.recent.iter().skip(skip).cloned());
         Taken::Some
-    }
-
-    /// The session stopped running here and nothing subscribed for its
-    /// feed yet: a follower must [`EventHub::attach`] it before it waits.
-    pub(super) fn detached(&self) -> bool {
-        self.lock().local == 0 && !self.subscribed.initialized()
     }
 
     /// For a follower joining at `after`: the events after it, when the
@@ -362,7 +363,7 @@ impl EventHub {
 
     /// Makes a feed that stopped running here hear of the session through
     /// the store, for a follower that waits for more (see
-    /// [`Feed::detached`]): subscribed, then filled with what was appended
+    /// [`Taken::Detached`]): subscribed, then filled with what was appended
     /// before the registration took effect.
     pub(super) async fn attach(&self, key: &SessionKey, feed: &Arc<Feed>) {
         self.subscribe(key, feed).await;

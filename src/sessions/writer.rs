@@ -224,15 +224,14 @@ impl Streamed {
         }
     }
 
-    /// The writer stopped: what waits is dropped (its room freed), later
-    /// pushes fail.
+    /// The writer stopped: what waits is dropped (its room freed, outside
+    /// the lock), later pushes fail.
     fn close(&self) {
-        let events = {
+        let _dropped = {
             let mut waiting = self.lock();
             waiting.closed = true;
             std::mem::take(&mut waiting.events)
         };
-        drop(events);
     }
 }
 
@@ -299,7 +298,7 @@ impl Writer {
 
     /// Opens the pipe of a tenure that began with commit `epoch`, after
     /// which the log ends at `last_seq`.
-    pub async fn open(&self, key: SessionKey, epoch: u64, last_seq: u64) -> Pipe {
+    pub fn open(&self, key: SessionKey, epoch: u64, last_seq: u64) -> Pipe {
         let tenure = self.tenures.fetch_add(1, Ordering::Relaxed) + 1;
         let broken = Arc::new(OnceLock::new());
         let open = Submission::Open { tenure, key, epoch, last_seq, broken: broken.clone() };
@@ -980,7 +979,7 @@ mod tests {
             Stops { shutdown, halt: CancellationToken::new() },
             &tasks,
         );
-        let pipe = writer.open(key.clone(), 1, 0).await;
+        let pipe = writer.open(key.clone(), 1, 0);
         Fixture { store, key, pipe, _wakes: wakes, _notices: notices_tx }
     }
 
