@@ -34,7 +34,7 @@ use crate::{
     protocol::ModelLimits,
     providers::Providers,
     sessions::{Sessions, TurnRunner},
-    state::AppState,
+    state::{AppState, Shared},
     store::{NOTICE_CHANNEL, Store, StoreError},
     telemetry::{attributes as attr, metrics::Metrics, timing, trace},
 };
@@ -104,7 +104,7 @@ impl Application {
         limits.start_cleanup(&tasks, shutdown.clone());
         let model_limits = ModelLimits::of(&config.models);
         let sandbox = Arc::new(probe);
-        let state = AppState {
+        let state = AppState::new(Shared {
             config,
             store,
             sessions,
@@ -116,7 +116,7 @@ impl Application {
             tasks,
             sandbox,
             seeds,
-        };
+        });
         let router = router(state.clone(), authenticator, limits, cors);
         Ok(Self { listener, router, state })
     }

@@ -13,9 +13,27 @@ use crate::{
     telemetry::metrics::Metrics, workspace::Seeds,
 };
 
-/// What every handler can reach. Cheap to clone: everything is shared.
+/// What every handler can reach: one shared [`Shared`], so the clone each
+/// request's extractors and middleware make is one reference count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+pub struct Shared {
     pub config: Arc<Config>,
     pub store: Store,
     pub sessions: Sessions,

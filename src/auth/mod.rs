@@ -37,6 +37,7 @@ mod jwks;
 mod keys;
 #[cfg(test)]
 mod tests;
+mod verified;
 
 use std::{
     collections::HashMap,
@@ -61,6 +62,7 @@ pub use self::api_keys::{ApiKeyRing, RELOAD_INTERVAL};
 use self::{
     jwks::JwksSource,
     keys::{ClaimRules, VerifyKey},
+    verified::Verified,
 };
 use crate::{
     config::{Anonymous, Config, Dialect, TenantConfig},
@@ -125,6 +127,8 @@ pub struct Authenticator {
     console: bool,
     /// Per-tenant browser origins, when CORS is on.
     cors: Option<Arc<CorsPolicy>>,
+    /// Tokens verified before, until their `exp`.
+    verified: Verified,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -155,6 +159,7 @@ impl Authenticator {
             refreshing: AtomicBool::new(false),
             console: config.server.console,
             cors: None,
+            verified: Verified::new(verified::CAPACITY),
         }
     }
 
@@ -212,8 +217,14 @@ impl Authenticator {
     /// Verifies `token` with the tenant's configured keys and its JWKS keys.
     /// When the token names a `kid` the tenant does not know (a key rotated
     /// in since the last fetch), the JWKS is fetched first, at most once per
-    /// 10 s per tenant.
+    /// 10 s per tenant. A token verified before is taken from the cache
+    /// until its `exp` (`verified.rs`).
     pub async fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let jwks_now = |tenant: &str| self.tenants.get(tenant)?.jwks.as_ref().map(|source| source.keys());
+        if let Some(principal) = self.verified.get(token, now, jwks_now) {
+            return Ok(principal);
+        }
         let (header, entry) = self.tenant_of(token)?;
         let fetched = match &entry.jwks {
             None => Arc::default(),
@@ -232,7 +243,10 @@ impl Authenticator {
                 }
             }
         };
-        principal(token, &header, entry.keys.iter().chain(fetched.iter()))
+        let (principal, exp) = principal(token, &header, entry.keys.iter().chain(fetched.iter()))?;
+        let jwks = entry.jwks.is_some().then_some(fetched);
+        self.verified.insert(token, &principal, exp, jwks, now);
+        Ok(principal)
     }
 
     /// The parsed header (this is where `alg: none` is refused) and the keys
@@ -251,13 +265,14 @@ fn principal<'a>(
     token: &str,
     header: &Header,
     keys: impl IntoIterator<Item = &'a VerifyKey>,
-) -> Result<Principal, AuthError> {
+) -> Result<(Principal, u64), AuthError> {
     let claims = keys::verify_with(token, header, keys)?;
-    Ok(Principal {
+    let principal = Principal {
         tenant: Arc::from(claims.tenant.as_str()),
         subject: claims.sub,
         scopes: claims.scope.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
-    })
+    };
+    Ok((principal, claims.exp))
 }
 
 fn jwks_client() -> reqwest::Client {

@@ -80,12 +80,10 @@ impl Orchestrator {
     }
 
     /// The default tools `tenant` has (none for an unknown tenant).
-    fn default_tools(&self, tenant: &str) -> DefaultTools {
-        self.config
-            .tenants
-            .get(tenant)
-            .map(|t| t.tools.clone())
-            .unwrap_or_else(|| DefaultTools { enabled: Vec::new(), ..DefaultTools::default() })
+    fn default_tools(&self, tenant: &str) -> &DefaultTools {
+        static NONE: std::sync::LazyLock<DefaultTools> =
+            std::sync::LazyLock::new(|| DefaultTools { enabled: Vec::new(), ..DefaultTools::default() });
+        self.config.tenants.get(tenant).map_or(&NONE, |t| &t.tools)
     }
 
     /// The MCP servers whose tools `tenant`'s sessions get.
@@ -156,7 +154,7 @@ impl Orchestrator {
     fn tool_specs(&self, tenant: &str, options: &SessionOptions) -> Vec<ToolSpec> {
         let defaults = self.default_tools(tenant);
         let mut specs = self.tools.specs();
-        specs.extend(workspace_tools::specs().into_iter().filter(|s| defaults.has(&s.name)));
+        specs.extend(workspace_tools::specs().iter().filter(|s| defaults.has(&s.name)).cloned());
         specs.extend(options.frontend_tools.iter().map(|t| ToolSpec {
             name: t.name.clone(),
             description: t.description.clone(),
@@ -185,7 +183,7 @@ impl Orchestrator {
             state: session.state().clone(),
             sessions: handle.sessions().clone(),
             upstream: handle.upstream_time().clone(),
-            defaults: self.default_tools(session.tenant()),
+            defaults: self.default_tools(session.tenant()).clone(),
             workspaces: self.workspaces.clone(),
             epoch: handle.epoch(),
             key: handle.key().clone(),

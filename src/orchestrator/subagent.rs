@@ -66,7 +66,7 @@ pub(super) async fn run(context: &ExecContext, call: &ToolCall, depth: u32) -> T
     if !context.mcp_servers.is_empty() {
         tools.extend(context.mcp.specs(&context.mcp_servers, context.sessions.metrics()).await);
     }
-    tools.extend(crate::tools::workspace_tools::specs().into_iter().filter(|s| context.defaults.has(&s.name)));
+    tools.extend(crate::tools::workspace_tools::specs().iter().filter(|s| context.defaults.has(&s.name)).cloned());
     tools.push(spec());
     for _ in 0..context.max_iterations() {
         let request = ModelRequest {

@@ -157,10 +157,12 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
         if handle.session().iterations() >= max_iterations {
             return Ok(End::Finished(TurnEndReason::MaxIterations));
         }
-        if let Some(end) = Box::pin(fit_context(orchestrator, handle, model, provider.as_ref())).await? {
-            return Ok(end);
-        }
-        let mut request = request(orchestrator, handle, model);
+        let messages = match Box::pin(fit_context(orchestrator, handle, model, provider.as_ref())).await? {
+            Fit::Fits(messages) => messages,
+            Fit::Compacted => orchestrator.messages_with_system(handle.session()),
+            Fit::End(end) => return Ok(end),
+        };
+        let mut request = request(orchestrator, handle, model, messages);
         let servers = orchestrator.mcp_servers_of(&handle.key().tenant);
         if !servers.is_empty() {
             request.tools.extend(orchestrator.mcp.specs(&servers, handle.sessions().metrics()).await);
@@ -188,18 +190,34 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
     }
 }
 
-/// The model request for the next step: system prompt, history, tools.
-fn request(orchestrator: &Orchestrator, handle: &RunHandle, model: &ModelConfig) -> ModelRequest {
+/// The model request for the next step: `messages` (system prompt and
+/// history), tools.
+fn request(
+    orchestrator: &Orchestrator,
+    handle: &RunHandle,
+    model: &ModelConfig,
+    messages: Vec<crate::domain::ChatMessage>,
+) -> ModelRequest {
     let session = handle.session();
     ModelRequest {
         model: model.model.clone(),
-        messages: orchestrator.messages_with_system(session),
+        messages,
         tools: orchestrator.tool_specs(session.tenant(), session.options()),
         max_output_tokens: model.max_output_tokens,
         response_format: session.options().response_format.clone(),
         prefill: None,
         reasoning: session.options().reasoning.clone(),
     }
+}
+
+/// What [`fit_context`] found.
+enum Fit {
+    /// The history fits: these are the messages as the model sees them.
+    Fits(Vec<crate::domain::ChatMessage>),
+    /// The history was replaced by its summary, and fits now.
+    Compacted,
+    /// Even the summary does not fit: the turn ends.
+    End(End),
 }
 
 /// Compacts the history when prompt plus reserved output passes the
@@ -209,13 +227,14 @@ async fn fit_context(
     handle: &mut RunHandle,
     model: &ModelConfig,
     provider: &dyn ModelProvider,
-) -> Result<Option<End>, SessionError> {
+) -> Result<Fit, SessionError> {
     let messages = orchestrator.messages_with_system(handle.session());
     let before = context::estimate(&messages);
     if !context::needs_compaction(before, model) {
-        return Ok(None);
+        return Ok(Fit::Fits(messages));
     }
-    compact(orchestrator, handle, model, provider, messages, before).await
+    let end = compact(orchestrator, handle, model, provider, messages, before).await?;
+    Ok(end.map_or(Fit::Compacted, Fit::End))
 }
 
 /// Replaces the history by its summary (`messages` as the model sees them,

@@ -20,7 +20,7 @@ use std::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::RequestBuilder;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{
     ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, Role, Usage,
@@ -47,7 +47,7 @@ impl ModelProvider for OpenAiProvider {
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
         let (model, max_tokens) = self.endpoint.model_and_limit(&request);
-        let body = Bytes::from(request_body(&request, model, max_tokens).to_string());
+        let body = Bytes::from(request_body(&request, model, max_tokens));
         // `bearer_auth` marks the header sensitive, so it is never logged.
         let auth = |builder: RequestBuilder, key: Option<&Secret>| match key {
             Some(key) => builder.bearer_auth(key.expose()),
@@ -68,74 +68,194 @@ fn reasoning_effort(level: &str) -> Option<&'static str> {
     }
 }
 
-fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Value {
-    let mut body = json!({
-        "model": model,
-        "messages": request.messages.iter().map(message).collect::<Vec<_>>(),
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "max_tokens": max_tokens,
-    });
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
-        body["tools"] = Value::Array(tools);
-    }
-    if let Some(format) = &request.response_format {
-        body["response_format"] = format.clone();
-    }
-    if let Some(effort) = request.reasoning.as_deref().and_then(reasoning_effort) {
-        body["reasoning_effort"] = json!(effort);
-    }
-    // vLLM's (and others') way to continue an answer instead of starting one.
-    if let Some(prefill) = &request.prefill
-        && let Some(messages) = body["messages"].as_array_mut()
-    {
-        messages.push(json!({"role": "assistant", "content": prefill}));
-        body["continue_final_message"] = json!(true);
-        body["add_generation_prompt"] = json!(false);
-    }
-    body
+/// The request's JSON, written straight from the request's own fields (no
+/// intermediate JSON value, so nothing of the history is copied).
+fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Vec<u8> {
+    let prefill = request.prefill.as_deref();
+    let body = body::Body {
+        model,
+        messages: body::Messages { history: &request.messages, prefill },
+        stream: true,
+        stream_options: body::StreamOptions { include_usage: true },
+        max_tokens,
+        tools: request.tools.iter().map(body::Tool::from).collect(),
+        response_format: request.response_format.as_ref(),
+        reasoning_effort: request.reasoning.as_deref().and_then(reasoning_effort),
+        // vLLM's (and others') way to continue an answer instead of starting one.
+        continue_final_message: prefill.map(|_| true),
+        add_generation_prompt: prefill.map(|_| false),
+    };
+    serde_json::to_vec(&body).expect("a request body always serializes")
 }
 
-fn message(m: &ChatMessage) -> Value {
-    let text = m.content.as_deref().unwrap_or_default();
-    match m.role {
-        Role::System => json!({"role": "system", "content": text}),
-        Role::User if m.images.is_empty() => json!({"role": "user", "content": text}),
-        Role::User => {
-            let text_part = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
-            let images = m.images.iter().map(|image| {
-                let mut url = json!({"url": image.url});
-                if let Some(detail) = &image.detail {
-                    url["detail"] = json!(detail);
-                }
-                json!({"type": "image_url", "image_url": url})
-            });
-            json!({"role": "user", "content": text_part.into_iter().chain(images).collect::<Vec<_>>()})
-        }
-        Role::Assistant => {
-            let content = if text.is_empty() && !m.tool_calls.is_empty() { Value::Null } else { json!(text) };
-            let mut out = json!({"role": "assistant", "content": content});
-            if !m.tool_calls.is_empty() {
-                let calls: Vec<Value> = m
-                    .tool_calls
-                    .iter()
-                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-                    .collect();
-                out["tool_calls"] = Value::Array(calls);
+/// Chat Completions' request body, borrowing from the [`ModelRequest`].
+mod body {
+    use serde::{Serialize, Serializer, ser::SerializeSeq};
+    use serde_json::Value;
+
+    use super::{ChatMessage, Role};
+    use crate::providers::ToolSpec;
+
+    #[derive(Serialize)]
+    pub(super) struct Body<'a> {
+        pub model: &'a str,
+        pub messages: Messages<'a>,
+        pub stream: bool,
+        pub stream_options: StreamOptions,
+        pub max_tokens: u32,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub tools: Vec<Tool<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub response_format: Option<&'a Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub reasoning_effort: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub continue_final_message: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub add_generation_prompt: Option<bool>,
+    }
+
+    #[derive(Serialize)]
+    pub(super) struct StreamOptions {
+        pub include_usage: bool,
+    }
+
+    #[derive(Serialize)]
+    pub(super) struct Tool<'a> {
+        r#type: &'static str,
+        function: Function<'a>,
+    }
+
+    #[derive(Serialize)]
+    struct Function<'a> {
+        name: &'a str,
+        description: &'a str,
+        parameters: &'a Value,
+    }
+
+    impl<'a> From<&'a ToolSpec> for Tool<'a> {
+        fn from(t: &'a ToolSpec) -> Self {
+            Tool {
+                r#type: "function",
+                function: Function { name: &t.name, description: &t.description, parameters: &t.parameters },
             }
-            out
         }
-        Role::Tool => {
-            json!({"role": "tool", "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(), "content": text})
+    }
+
+    /// The history, then the prefill as an assistant message to continue.
+    pub(super) struct Messages<'a> {
+        pub history: &'a [ChatMessage],
+        pub prefill: Option<&'a str>,
+    }
+
+    impl Serialize for Messages<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut seq = serializer.serialize_seq(Some(self.history.len() + usize::from(self.prefill.is_some())))?;
+            for m in self.history {
+                seq.serialize_element(&Message(m))?;
+            }
+            if let Some(prefill) = self.prefill {
+                seq.serialize_element(&Plain { role: "assistant", content: prefill })?;
+            }
+            seq.end()
         }
+    }
+
+    #[derive(Serialize)]
+    struct Plain<'a> {
+        role: &'static str,
+        content: &'a str,
+    }
+
+    /// One message in OpenAI's shape.
+    struct Message<'a>(&'a ChatMessage);
+
+    impl Serialize for Message<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let m = self.0;
+            let text = m.content.as_deref().unwrap_or_default();
+            match m.role {
+                Role::System => Plain { role: "system", content: text }.serialize(serializer),
+                Role::User if m.images.is_empty() => Plain { role: "user", content: text }.serialize(serializer),
+                Role::User => {
+                    let text_part = (!text.is_empty()).then_some(Part::Text { text });
+                    let images = m.images.iter().map(|image| Part::ImageUrl {
+                        image_url: ImageUrl { url: &image.url, detail: image.detail.as_deref() },
+                    });
+                    let content: Vec<Part<'_>> = text_part.into_iter().chain(images).collect();
+                    Parts { role: "user", content }.serialize(serializer)
+                }
+                Role::Assistant => Assistant {
+                    role: "assistant",
+                    content: (!text.is_empty() || m.tool_calls.is_empty()).then_some(text),
+                    tool_calls: m
+                        .tool_calls
+                        .iter()
+                        .map(|c| Call {
+                            id: &c.id,
+                            r#type: "function",
+                            function: CallFunction { name: &c.name, arguments: &c.arguments },
+                        })
+                        .collect(),
+                }
+                .serialize(serializer),
+                Role::Tool => ToolResult {
+                    role: "tool",
+                    tool_call_id: m.tool_call_id.as_deref().unwrap_or_default(),
+                    content: text,
+                }
+                .serialize(serializer),
+            }
+        }
+    }
+
+    #[derive(Serialize)]
+    struct Parts<'a> {
+        role: &'static str,
+        content: Vec<Part<'a>>,
+    }
+
+    #[derive(Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Part<'a> {
+        Text { text: &'a str },
+        ImageUrl { image_url: ImageUrl<'a> },
+    }
+
+    #[derive(Serialize)]
+    struct ImageUrl<'a> {
+        url: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        detail: Option<&'a str>,
+    }
+
+    /// `content` is `null` for a message that only calls tools.
+    #[derive(Serialize)]
+    struct Assistant<'a> {
+        role: &'static str,
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<Call<'a>>,
+    }
+
+    #[derive(Serialize)]
+    struct Call<'a> {
+        id: &'a str,
+        r#type: &'static str,
+        function: CallFunction<'a>,
+    }
+
+    #[derive(Serialize)]
+    struct CallFunction<'a> {
+        name: &'a str,
+        arguments: &'a str,
+    }
+
+    #[derive(Serialize)]
+    struct ToolResult<'a> {
+        role: &'static str,
+        tool_call_id: &'a str,
+        content: &'a str,
     }
 }
 
@@ -417,6 +537,8 @@ fn finish_reason(reason: &str) -> FinishReason {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::providers::{ImagePart, ToolCall, ToolSpec};
 
@@ -529,7 +651,7 @@ mod tests {
             prefill: None,
             reasoning: None,
         };
-        let body = request_body(&request, "m", 7);
+        let body: Value = serde_json::from_slice(&request_body(&request, "m", 7)).unwrap();
         assert_eq!(
             body["messages"][0]["content"][1],
             json!({"type": "image_url",
@@ -541,5 +663,41 @@ mod tests {
         assert_eq!(body["tools"][0]["type"], "function");
         assert_eq!(body["response_format"]["type"], "json_object");
         assert_eq!(body["max_tokens"], 7);
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        for absent in ["reasoning_effort", "continue_final_message", "add_generation_prompt"] {
+            assert!(body.get(absent).is_none(), "{absent} sent unasked");
+        }
+    }
+
+    #[test]
+    fn the_body_continues_a_prefill_and_carries_the_reasoning_effort() {
+        let request = ModelRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage::text(Role::System, "s"), ChatMessage::text(Role::User, "hi")],
+            tools: vec![],
+            max_output_tokens: 7,
+            response_format: None,
+            prefill: Some("Half an ans".into()),
+            reasoning: Some("xhigh".into()),
+        };
+        let body: Value = serde_json::from_slice(&request_body(&request, "served", 9)).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "served",
+                "messages": [
+                    {"role": "system", "content": "s"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "Half an ans"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "max_tokens": 9,
+                "reasoning_effort": "high",
+                "continue_final_message": true,
+                "add_generation_prompt": false,
+            })
+        );
     }
 }

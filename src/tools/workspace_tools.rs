@@ -54,7 +54,13 @@ impl Answer {
     }
 }
 
-pub fn specs() -> Vec<crate::providers::ToolSpec> {
+/// The specs of `bash`, `read` and `patch`, built once.
+pub fn specs() -> &'static [crate::providers::ToolSpec] {
+    static SPECS: std::sync::LazyLock<Vec<crate::providers::ToolSpec>> = std::sync::LazyLock::new(build_specs);
+    &SPECS
+}
+
+fn build_specs() -> Vec<crate::providers::ToolSpec> {
     use crate::providers::ToolSpec;
     vec![
         ToolSpec {
