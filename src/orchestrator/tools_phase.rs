@@ -44,7 +44,12 @@ pub(super) async fn plan(
     for call in calls {
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         let mcp_policy = match crate::config::mcp::server_of(&call.name) {
-            Some(_) => orchestrator.mcp.permission(&mcp_servers, &call.name, handle.sessions().metrics()).await,
+            // Boxed: an MCP server's listing is 5.7 KB of future state
+            // (release build), which every turn held inline for as long as it
+            // lived, MCP tools or not.
+            Some(_) => {
+                Box::pin(orchestrator.mcp.permission(&mcp_servers, &call.name, handle.sessions().metrics())).await
+            }
             None => Ok(None),
         };
         let mcp_policy = match mcp_policy {
