@@ -49,18 +49,21 @@ impl Verified {
         &self,
         token: &str,
         now: u64,
-        current: impl FnOnce(&str) -> Option<Arc<Vec<VerifyKey>>>,
+        current: impl Fn(&str) -> Option<Arc<Vec<VerifyKey>>>,
     ) -> Option<Principal> {
-        let entry = self.entries.get(token)?;
-        let keys_current = match &entry.jwks {
-            None => true,
-            Some(verified_with) => current(&entry.principal.tenant).is_some_and(|now| Arc::ptr_eq(verified_with, &now)),
+        let valid = |entry: &Entry| {
+            now < entry.exp
+                && entry.jwks.as_ref().is_none_or(|verified_with| {
+                    current(&entry.principal.tenant).is_some_and(|set| Arc::ptr_eq(verified_with, &set))
+                })
         };
-        if now < entry.exp && keys_current {
+        let entry = self.entries.get(token)?;
+        if valid(&entry) {
             return Some(entry.principal.clone());
         }
         drop(entry);
-        self.entries.remove(token);
+        // Only if still stale: a request may have verified it again meanwhile.
+        self.entries.remove_if(token, |_, entry| !valid(entry));
         None
     }
 

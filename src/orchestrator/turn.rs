@@ -138,9 +138,10 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
     if handle.session().compacting_only() {
         let messages = orchestrator.messages_with_system(handle.session());
         let before = context::estimate(&messages);
-        return Ok(Box::pin(compact(orchestrator, handle, model, provider.as_ref(), messages, before))
-            .await?
-            .unwrap_or(End::Finished(TurnEndReason::Final)));
+        return Ok(match Box::pin(compact(orchestrator, handle, model, provider.as_ref(), messages, before)).await? {
+            Fit::Fits(_) => End::Finished(TurnEndReason::Final),
+            Fit::End(end) => end,
+        });
     }
     let max_iterations =
         handle.session().options().max_iterations.unwrap_or(orchestrator.config.agent.max_iterations).max(1);
@@ -159,7 +160,6 @@ async fn drive(orchestrator: &Orchestrator, handle: &mut RunHandle) -> Result<En
         }
         let messages = match Box::pin(fit_context(orchestrator, handle, model, provider.as_ref())).await? {
             Fit::Fits(messages) => messages,
-            Fit::Compacted => orchestrator.messages_with_system(handle.session()),
             Fit::End(end) => return Ok(end),
         };
         let mut request = request(orchestrator, handle, model, messages);
@@ -210,13 +210,12 @@ fn request(
     }
 }
 
-/// What [`fit_context`] found.
+/// What [`fit_context`] and [`compact`] found.
 enum Fit {
-    /// The history fits: these are the messages as the model sees them.
+    /// The history fits (as it was, or replaced by its summary): these are
+    /// the messages as the model sees them.
     Fits(Vec<crate::domain::ChatMessage>),
-    /// The history was replaced by its summary, and fits now.
-    Compacted,
-    /// Even the summary does not fit: the turn ends.
+    /// Even the summary does not fit, or summarizing failed: the turn ends.
     End(End),
 }
 
@@ -233,12 +232,12 @@ async fn fit_context(
     if !context::needs_compaction(before, model) {
         return Ok(Fit::Fits(messages));
     }
-    let end = compact(orchestrator, handle, model, provider, messages, before).await?;
-    Ok(end.map_or(Fit::Compacted, Fit::End))
+    compact(orchestrator, handle, model, provider, messages, before).await
 }
 
 /// Replaces the history by its summary (`messages` as the model sees them,
-/// about `before` tokens); fails the turn when even that does not fit.
+/// about `before` tokens), handing back the messages after it; fails the
+/// turn when even that does not fit.
 async fn compact(
     orchestrator: &Orchestrator,
     handle: &mut RunHandle,
@@ -246,7 +245,7 @@ async fn compact(
     provider: &dyn ModelProvider,
     messages: Vec<crate::domain::ChatMessage>,
     before: u64,
-) -> Result<Option<End>, SessionError> {
+) -> Result<Fit, SessionError> {
     handle.transition(|s| s.begin_compaction(before)).await?;
     let result = {
         let call = orchestrator.model_call(handle, model, provider);
@@ -254,13 +253,16 @@ async fn compact(
     };
     let summary = match result {
         Ok(summary) => summary,
-        Err(e) => return step_failure(e).map(Some),
+        Err(e) => return step_failure(e).map(Fit::End),
     };
     let compacted = super::compaction::compacted(handle.session().history().unwrap_or_default(), &summary);
-    let after = context::estimate(&orchestrator.messages_with_system_of(handle.session(), &compacted));
+    // The messages the next request sends: the history is `compacted` once
+    // the transition below is made.
+    let messages = orchestrator.messages_with_system_of(handle.session(), &compacted);
+    let after = context::estimate(&messages);
     handle.transition(|s| s.compacted(compacted, summary, before, after)).await?;
     if context::needs_compaction(after, model) {
-        return Ok(Some(End::failed(
+        return Ok(Fit::End(End::failed(
             FailureCode::ContextOverflow,
             format!(
                 "the conversation needs about {after} tokens and does not fit in the model's context window ({}) \
@@ -269,5 +271,5 @@ async fn compact(
             ),
         )));
     }
-    Ok(None)
+    Ok(Fit::Fits(messages))
 }

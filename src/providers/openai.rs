@@ -85,29 +85,11 @@ fn request_body(request: &ModelRequest, model: &str, max_tokens: u32) -> Vec<u8>
         continue_final_message: prefill.map(|_| true),
         add_generation_prompt: prefill.map(|_| false),
     };
-    // Sized from the text it carries, and trimmed after: the body is held
-    // for as long as the call streams, so its spare room is memory per chat.
-    let mut out = Vec::with_capacity(body_estimate(request));
-    serde_json::to_writer(&mut out, &body).expect("a request body always serializes");
+    // Trimmed: the body is held for as long as the call streams, and the
+    // buffer's doubling leaves up to half of it spare, memory per chat.
+    let mut out = serde_json::to_vec(&body).expect("a request body always serializes");
     out.shrink_to_fit();
     out
-}
-
-/// About how many bytes the body of `request` takes: its text, and room
-/// for the JSON around it (escapes, keys, a tool's parameters).
-fn body_estimate(request: &ModelRequest) -> usize {
-    let text = |s: &str| s.len() + s.len() / 16;
-    let messages: usize = request
-        .messages
-        .iter()
-        .map(|m| {
-            let calls: usize = m.tool_calls.iter().map(|c| c.id.len() + c.name.len() + text(&c.arguments) + 64).sum();
-            let images: usize = m.images.iter().map(|i| i.url.len() + 64).sum();
-            m.content.as_deref().map_or(0, text) + calls + images + 48
-        })
-        .sum();
-    let tools: usize = request.tools.iter().map(|t| t.name.len() + text(&t.description) + 512).sum();
-    messages + tools + request.prefill.as_deref().map_or(0, text) + 256
 }
 
 /// Chat Completions' request body, borrowing from the [`ModelRequest`].
