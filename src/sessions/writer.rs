@@ -372,9 +372,6 @@ struct Attempt {
     streamed: Vec<Event>,
     /// The transition's events (numbered by the commit's answer).
     committed: Vec<Event>,
-    /// What goes to the store (`None` while a round carries it: it comes
-    /// back with a failure, to be sent again).
-    write: Option<SessionWrite>,
 }
 
 struct Queue {
@@ -389,6 +386,11 @@ struct Queue {
     /// Transitions among `items`.
     transitions: usize,
     attempt: Option<Attempt>,
+    /// The attempt's write when a round brought it back failed, to be sent
+    /// again (`None` while a round carries it). Boxed: what goes to the
+    /// store is half a kilobyte, and a queue is held for every session
+    /// running here, nearly all of them with nothing to send again.
+    unsent: Option<Box<SessionWrite>>,
     in_flight: bool,
     /// When the oldest streamed events not yet in an attempt were queued.
     oldest: Option<Instant>,
@@ -457,6 +459,7 @@ impl Queue {
     fn break_with(&mut self, error: WriteError) {
         let _ = self.broken.set(error.clone());
         self.attempt = None;
+        self.unsent = None;
         self.transitions = 0;
         for item in self.items.drain(..) {
             if let Item::Commit(_, ack) = item {
@@ -599,6 +602,7 @@ impl Task {
                         items: VecDeque::new(),
                         transitions: 0,
                         attempt: None,
+                        unsent: None,
                         in_flight: false,
                         oldest: None,
                         after_transition: true,
@@ -707,12 +711,16 @@ impl Task {
             if queue.ready(now, linger).is_none() {
                 continue;
             }
-            if queue.attempt.is_none() {
-                queue.attempt = Some(attempt(&self.instance, queue));
+            let write = if queue.attempt.is_none() {
+                let (attempt, write) = attempt(&self.instance, queue);
+                queue.attempt = Some(attempt);
                 queue.oldest = None;
                 queue.announce = false;
-            }
-            if let Some(write) = queue.attempt.as_mut().and_then(|a| a.write.take()) {
+                Some(write)
+            } else {
+                queue.unsent.take().map(|write| *write)
+            };
+            if let Some(write) = write {
                 queue.in_flight = true;
                 writes.push(write);
                 tenures.push(tenure);
@@ -812,8 +820,8 @@ impl Task {
                 }
                 Err(CommitError::Store(error)) => {
                     // Sent again as it was.
-                    if let Some(attempt) = queue.attempt.as_mut() {
-                        attempt.write = Some(write);
+                    if queue.attempt.is_some() {
+                        queue.unsent = Some(Box::new(write));
                     }
                     if queue.failing_since.is_none() {
                         queue.failing_since = Some(now);
@@ -850,8 +858,9 @@ impl Task {
 /// The next part of `queue`: its streamed events up to the first
 /// transition, merged and numbered after `queue.seq`, and that transition
 /// as commit `n + 1`. The items' contents move into it (the items stay, to
-/// hold their room and the transition's answer until it is written).
-fn attempt(instance: &Arc<str>, queue: &mut Queue) -> Attempt {
+/// hold their room and the transition's answer until it is written),
+/// with what goes to the store.
+fn attempt(instance: &Arc<str>, queue: &mut Queue) -> (Attempt, SessionWrite) {
     let mut streamed = Vec::with_capacity(queue.items.len());
     let mut change = None;
     let mut items = 0;
@@ -900,7 +909,7 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue) -> Attempt {
         committed = change.events;
         commit
     });
-    Attempt { items, streamed, committed, write: Some(SessionWrite { key: queue.key.clone(), append, commit }) }
+    (Attempt { items, streamed, committed }, SessionWrite { key: queue.key.clone(), append, commit })
 }
 
 async fn sleep_until(at: Option<Instant>) {
