@@ -32,6 +32,7 @@ use std::{
 };
 
 use dashmap::DashMap;
+use foldhash::fast::RandomState;
 use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -228,7 +229,7 @@ struct Inner {
     store: Store,
     /// This instance (its own notices are ignored).
     instance: String,
-    feeds: DashMap<SessionKey, Arc<Feed>>,
+    feeds: DashMap<SessionKey, Arc<Feed>, RandomState>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -245,8 +246,9 @@ impl EventHub {
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
-        let hub =
-            Self { inner: Arc::new(Inner { store, instance, feeds: DashMap::new(), tasks: tasks.clone(), shutdown }) };
+        let hub = Self {
+            inner: Arc::new(Inner { store, instance, feeds: DashMap::default(), tasks: tasks.clone(), shutdown }),
+        };
         tasks.spawn(hub.clone().run_notices(notices, wakes));
         hub
     }

@@ -43,6 +43,7 @@ use std::{
 
 use async_trait::async_trait;
 use dashmap::DashMap;
+use foldhash::fast::RandomState;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -127,12 +128,12 @@ struct Inner {
     instance: String,
     runner: Arc<dyn TurnRunner>,
     /// Sessions this instance runs, with their tenure.
-    running: DashMap<SessionKey, Running>,
+    running: DashMap<SessionKey, Running, RandomState>,
     /// Notified when `running` becomes empty (a drain waits for it).
     idle: tokio::sync::Notify,
     /// Sessions whose turn stopped because the store failed: restarted here
     /// from their last commit once it answers.
-    recovering: DashMap<SessionKey, ()>,
+    recovering: DashMap<SessionKey, (), RandomState>,
     /// What the death hints found, and the sessions clients here wait on
     /// (`ownership.rs`).
     hints: ownership::Hints,
@@ -191,9 +192,9 @@ impl Sessions {
                 replica,
                 instance,
                 runner,
-                running: DashMap::new(),
+                running: DashMap::default(),
                 idle: tokio::sync::Notify::new(),
-                recovering: DashMap::new(),
+                recovering: DashMap::default(),
                 hints: ownership::Hints::default(),
                 tasks,
                 shutdown,

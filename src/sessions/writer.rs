@@ -52,7 +52,7 @@
 //! A busy writer is not woken once per token.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::VecDeque,
     sync::{
         Arc, Mutex, MutexGuard, OnceLock,
         atomic::{AtomicU64, Ordering},
@@ -60,6 +60,7 @@ use std::{
     time::Duration,
 };
 
+use foldhash::{HashMap, HashSet};
 use futures::future::BoxFuture;
 use tokio::{
     sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
@@ -283,10 +284,10 @@ impl Writer {
             metrics,
             instance: instance.into(),
             pacing,
-            queues: HashMap::new(),
-            tenures: HashMap::new(),
-            ready: HashSet::new(),
-            failing: HashSet::new(),
+            queues: HashMap::default(),
+            tenures: HashMap::default(),
+            ready: HashSet::default(),
+            failing: HashSet::default(),
             inbox: rx,
             streamed: streamed.clone(),
             taken: Vec::new(),

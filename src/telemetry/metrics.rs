@@ -338,8 +338,14 @@ impl Metrics {
     }
 
     pub fn store_op(&self, op: &'static str, outcome: &'static str, elapsed: Duration) {
-        let labels = StoreLabels { op, outcome };
-        self.store_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        self.store_op_histogram(op, outcome).observe(elapsed.as_secs_f64());
+    }
+
+    /// The histogram of one store operation and outcome, to keep for an
+    /// operation timed at every round (its labels are not looked up each
+    /// time).
+    pub fn store_op_histogram(&self, op: &'static str, outcome: &'static str) -> Histogram {
+        self.store_duration.get_or_create(&StoreLabels { op, outcome }).clone()
     }
 
     /// `n` index entries with `outcome` (see [`IndexLabels`]).

@@ -10,7 +10,7 @@
 //! replayed the turn before its cursor — names it alike, with nothing
 //! stored per token.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// The two kinds of block a model call streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
