@@ -373,6 +373,12 @@ struct Attempt {
     streamed: Vec<Event>,
     /// The transition's events (numbered by the commit's answer).
     committed: Vec<Event>,
+    /// Its write when a round brought it back failed, to be sent again
+    /// (`None` while a round carries it: the write goes out the moment the
+    /// attempt is made). Boxed: what goes to the store is half a kilobyte,
+    /// and a queue is held for every session running here, nearly all of
+    /// them with nothing to send again.
+    unsent: Option<Box<SessionWrite>>,
 }
 
 struct Queue {
@@ -387,11 +393,6 @@ struct Queue {
     /// Transitions among `items`.
     transitions: usize,
     attempt: Option<Attempt>,
-    /// The attempt's write when a round brought it back failed, to be sent
-    /// again (`None` while a round carries it). Boxed: what goes to the
-    /// store is half a kilobyte, and a queue is held for every session
-    /// running here, nearly all of them with nothing to send again.
-    unsent: Option<Box<SessionWrite>>,
     in_flight: bool,
     /// When the oldest streamed events not yet in an attempt were queued.
     oldest: Option<Instant>,
@@ -460,7 +461,6 @@ impl Queue {
     fn break_with(&mut self, error: WriteError) {
         let _ = self.broken.set(error.clone());
         self.attempt = None;
-        self.unsent = None;
         self.transitions = 0;
         for item in self.items.drain(..) {
             if let Item::Commit(_, ack) = item {
@@ -603,7 +603,6 @@ impl Task {
                         items: VecDeque::new(),
                         transitions: 0,
                         attempt: None,
-                        unsent: None,
                         in_flight: false,
                         oldest: None,
                         after_transition: true,
@@ -719,7 +718,7 @@ impl Task {
                 queue.announce = false;
                 Some(write)
             } else {
-                queue.unsent.take().map(|write| *write)
+                queue.attempt.as_mut().and_then(|a| a.unsent.take()).map(|write| *write)
             };
             if let Some(write) = write {
                 queue.in_flight = true;
@@ -821,8 +820,8 @@ impl Task {
                 }
                 Err(CommitError::Store(error)) => {
                     // Sent again as it was.
-                    if queue.attempt.is_some() {
-                        queue.unsent = Some(Box::new(write));
+                    if let Some(attempt) = queue.attempt.as_mut() {
+                        attempt.unsent = Some(Box::new(write));
                     }
                     if queue.failing_since.is_none() {
                         queue.failing_since = Some(now);
@@ -910,7 +909,7 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue) -> (Attempt, SessionWrite) {
         committed = change.events;
         commit
     });
-    (Attempt { items, streamed, committed }, SessionWrite { key: queue.key.clone(), append, commit })
+    (Attempt { items, streamed, committed, unsent: None }, SessionWrite { key: queue.key.clone(), append, commit })
 }
 
 async fn sleep_until(at: Option<Instant>) {
