@@ -313,6 +313,40 @@ pub struct Event {
     pub ts: u64,
 }
 
+impl Event {
+    /// The event as stored: its JSON, the same bytes `serde_json` makes of
+    /// it. Text and reasoning deltas, one per streamed token, are written
+    /// directly (keys are constants; only the values need escaping), which
+    /// costs a fraction of serde's flattened map; everything else goes
+    /// through serde.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        let (kind, text) = match &self.kind {
+            EventKind::TextDelta { text } => ("text_delta", text),
+            EventKind::ReasoningDelta { text } => ("reasoning_delta", text),
+            _ => return serde_json::to_string(self),
+        };
+        let agent = &self.agent;
+        let mut out = Vec::with_capacity(text.len() + agent.agent_id.len() + 80);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"text\":");
+        serde_json::to_writer(&mut out, text)?;
+        out.extend_from_slice(b",\"agent_id\":");
+        serde_json::to_writer(&mut out, &agent.agent_id)?;
+        if let Some(parent) = &agent.parent_id {
+            out.extend_from_slice(b",\"parent_id\":");
+            serde_json::to_writer(&mut out, parent)?;
+        }
+        out.extend_from_slice(b",\"depth\":");
+        out.extend_from_slice(itoa::Buffer::new().format(agent.depth).as_bytes());
+        out.extend_from_slice(b",\"ts\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.ts).as_bytes());
+        out.push(b'}');
+        // Only UTF-8 went in: constants, and serde_json's escaped strings.
+        Ok(String::from_utf8(out).expect("JSON written from UTF-8 strings is UTF-8"))
+    }
+}
+
 /// An event read back from the log, with its sequence number. Shared
 /// (`Arc`) between every follower of the session on this replica.
 #[derive(Debug, Clone, PartialEq)]
@@ -330,4 +364,44 @@ impl LogEvent {
 
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(kind: fn(String) -> EventKind, text: &str, parent: Option<&str>, depth: u32) -> Event {
+        Event {
+            kind: kind(text.to_string()),
+            agent: AgentRef { agent_id: "agent \"7\"".into(), parent_id: parent.map(str::to_string), depth },
+            ts: 1_764_000_000_123,
+        }
+    }
+
+    #[test]
+    fn a_delta_is_written_as_the_same_bytes_serde_makes_of_it() {
+        let texts = ["", "tok ", "quote \" back \\ slash", "line\nbreak\ttab\r\u{1}\u{1f}", "é ü 中文 🦀", "</script>"];
+        let kinds: [fn(String) -> EventKind; 2] =
+            [|text| EventKind::TextDelta { text }, |text| EventKind::ReasoningDelta { text }];
+        for text in texts {
+            for kind in kinds {
+                for (parent, depth) in [(None, 0), (Some("main"), 1), (Some("sub \\ 1"), 2)] {
+                    let event = delta(kind, text, parent, depth);
+                    let fast = event.to_json().unwrap();
+                    assert_eq!(fast, serde_json::to_string(&event).unwrap(), "{event:?}");
+                    assert_eq!(serde_json::from_str::<Event>(&fast).unwrap(), event);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_events_are_serialized_by_serde() {
+        let event = Event {
+            kind: EventKind::TurnStarted { turn: 3, model: "m".into() },
+            agent: AgentRef { agent_id: "main".into(), parent_id: None, depth: 0 },
+            ts: 5,
+        };
+        assert_eq!(event.to_json().unwrap(), serde_json::to_string(&event).unwrap());
+    }
 }

@@ -252,7 +252,7 @@ pub(super) fn messages_write(session: &Session) -> Result<crate::store::Messages
 }
 
 pub(super) fn encode_event(event: &Event) -> Result<String, SessionError> {
-    serde_json::to_string(event).map_err(|e| StoreError::Corrupt(e.to_string()).into())
+    event.to_json().map_err(|e| StoreError::Corrupt(e.to_string()).into())
 }
 
 /// The domain session a record holds.

@@ -881,7 +881,7 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue) -> (Attempt, SessionWrite) {
     // Serializing plain event structs cannot fail.
     let encode = |events: &[Event]| {
         let mut encoded = Vec::with_capacity(events.len());
-        encoded.extend(events.iter().filter_map(|e| serde_json::to_string(e).ok()));
+        encoded.extend(events.iter().filter_map(|e| e.to_json().ok()));
         encoded
     };
     // An owed announcement with nothing to append goes alone; a commit

@@ -179,34 +179,27 @@ impl LlmGatewayEncoder {
             }
             Some(_) => Cow::Owned(self.run(agent)?),
         };
-        #[derive(serde::Serialize)]
-        struct Delta<'a> {
-            #[serde(rename = "agentId")]
-            agent_id: &'a str,
-            content: &'a str,
-            id: &'a str,
-            #[serde(rename = "parentId", skip_serializing_if = "Option::is_none")]
-            parent_id: Option<&'a str>,
-            #[serde(rename = "runId")]
-            run_id: &'a str,
-            #[serde(rename = "type")]
-            kind: &'a str,
-        }
-        let delta = Delta {
-            agent_id: &agent.agent_id,
-            content,
-            id: self.blocks.id(&agent.agent_id, kind, event.seq),
-            parent_id: agent.parent_id.as_deref(),
-            run_id: &run_id,
-            kind: name,
+        let id = self.blocks.id(&agent.agent_id, kind, event.seq);
+        // Written directly: the keys are constants in their sorted order,
+        // only the values need escaping (serde's struct serializer escaped
+        // every key too). Sized for the whole frame at once.
+        let mut data = Vec::with_capacity(content.len() + run_id.len() + id.len() + 96);
+        let mut field = |key: &[u8], value: &str| {
+            data.extend_from_slice(key);
+            serde_json::to_writer(&mut data, value).ok()
         };
-        // Sized for the whole frame at once: serde_json's own start (128
-        // bytes) is outgrown by a delta's ids, a second allocation per token.
-        let mut data = Vec::with_capacity(content.len() + run_id.len() + 128);
-        serde_json::to_writer(&mut data, &delta).ok()?;
+        field(b"{\"agentId\":", &agent.agent_id)?;
+        field(b",\"content\":", content)?;
+        field(b",\"id\":", id)?;
+        if let Some(parent) = &agent.parent_id {
+            field(b",\"parentId\":", parent)?;
+        }
+        field(b",\"runId\":", &run_id)?;
+        field(b",\"type\":", name)?;
+        data.push(b'}');
         // serde_json writes UTF-8 only.
         let data = String::from_utf8(data).ok()?;
-        Some(Frame::event(name, data, Some(event.seq.to_string())))
+        Some(Frame::event(name, data, Some(itoa::Buffer::new().format(event.seq).to_string())))
     }
 
     /// Follows `event` (turn, blocks, subagents) and says what it becomes.

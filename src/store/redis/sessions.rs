@@ -13,7 +13,7 @@
 //! and epoch), or a later tenure's fence. `NOMKSTREAM` keeps a late append
 //! from making a deleted session's stream again.
 
-use std::{collections::HashMap, fmt::Write as _};
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
@@ -153,8 +153,7 @@ impl RedisStore {
             if let Some(append) = part.append {
                 let stream = self.keys.events(part.key);
                 for (i, event) in append.events.iter().enumerate() {
-                    id.clear();
-                    let _ = write!(id, "{}-{}", append.epoch, append.first_seq + i as u64);
+                    entry_id(&mut id, append.epoch, append.first_seq + i as u64);
                     // Sized up front: built per token, it would otherwise
                     // grow its buffers a few times each.
                     let mut xadd = redis::Cmd::with_capacity(8, stream.len() + id.len() + event.len() + 40);
@@ -574,4 +573,13 @@ fn record(mut fields: HashMap<String, String>, messages: Option<Vec<String>>) ->
         cancel_requested: fields.contains_key("cancel"),
         relays,
     })
+}
+
+/// Writes the stream entry id `<epoch>-<seq>` into `id` (cleared first):
+/// made once per streamed token, so without `core::fmt`.
+fn entry_id(id: &mut String, epoch: u64, seq: u64) {
+    id.clear();
+    id.push_str(itoa::Buffer::new().format(epoch));
+    id.push('-');
+    id.push_str(itoa::Buffer::new().format(seq));
 }
