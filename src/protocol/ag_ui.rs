@@ -58,7 +58,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use self::{restate::Restatement, steps::Steps};
-use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason};
+use super::{Encoder, EventKind, Frame, LogEvent, PendingCall, PendingRelay, TurnEndReason, json_text};
 use crate::domain::{Session, Usage};
 
 #[derive(Default)]
@@ -385,7 +385,7 @@ impl AgUiEncoder {
         }
         let id = event_.seq.to_string();
         out.into_iter()
-            .map(|data| Frame { id: Some(id.clone()), event: None, data: data.to_string(), retry: None })
+            .map(|data| Frame { id: Some(id.clone()), event: None, data: json_text(&data), retry: None })
             .collect()
     }
 }

@@ -363,7 +363,7 @@ impl Encoder for AiSdkEncoder {
         let id = event.seq.to_string();
         chunks
             .into_iter()
-            .map(|chunk| Frame { id: Some(id.clone()), event: None, data: chunk.to_string(), retry: None })
+            .map(|chunk| Frame { id: Some(id.clone()), event: None, data: super::json_text(&chunk), retry: None })
             .collect()
     }
 

@@ -89,7 +89,7 @@ impl CosmoEncoder {
         if let (Value::Object(data), Value::Object(fields)) = (&mut data, fields) {
             data.extend(fields);
         }
-        Frame { id: seq.map(|s| s.to_string()), event: None, data: data.to_string(), retry: None }
+        Frame { id: seq.map(|s| s.to_string()), event: None, data: super::json_text(&data), retry: None }
     }
 
     fn tool_call(&mut self, seq: u64, id: &str, name: &str, arguments: Value) -> Frame {

@@ -57,7 +57,7 @@ pub fn encode(event: &LogEvent) -> Frame {
     };
     object.insert("seq".into(), event.seq.into());
     object.insert("session_id".into(), Value::String(event.session_id.to_string()));
-    Frame::event(event.event.kind.type_name(), Value::Object(object).to_string(), Some(event.seq.to_string()))
+    Frame::event(event.event.kind.type_name(), super::json_text(&Value::Object(object)), Some(event.seq.to_string()))
 }
 
 #[cfg(test)]

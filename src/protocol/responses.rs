@@ -458,7 +458,7 @@ fn numbered(kind: &'static str, mut fields: Map<String, Value>, sequence: u64) -
     data.insert("type".into(), kind.into());
     data.append(&mut fields);
     data.insert("sequence_number".into(), sequence.into());
-    Frame::event(kind, Value::Object(data).to_string(), None)
+    Frame::event(kind, super::json_text(&Value::Object(data)), None)
 }
 
 fn part(kind: &str, text: &str) -> Value {

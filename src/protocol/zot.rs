@@ -81,7 +81,7 @@ impl ZotEncoder {
             object.extend(fields);
         }
         object.insert("seq".into(), json!(seq));
-        Frame { id: Some(seq.to_string()), event: None, data: Value::Object(object).to_string(), retry: None }
+        Frame { id: Some(seq.to_string()), event: None, data: super::json_text(&Value::Object(object)), retry: None }
     }
 
     /// Opens a step if none is open.

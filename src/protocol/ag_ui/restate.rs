@@ -92,6 +92,6 @@ impl AgUiEncoder {
         for call in &restatement.running {
             self.start_tool_step(ts, &call.id, &call.name, &mut out);
         }
-        out.into_iter().map(|data| Frame::data(data.to_string())).collect()
+        out.into_iter().map(|data| Frame::data(crate::protocol::json_text(&data))).collect()
     }
 }

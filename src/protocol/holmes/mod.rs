@@ -113,7 +113,12 @@ impl HolmesEncoder {
     }
 
     fn frame(&self, name: &'static str, data: Value) -> Frame {
-        Frame { id: Some(self.last_seq.to_string()), event: Some(name.into()), data: data.to_string(), retry: None }
+        Frame {
+            id: Some(self.last_seq.to_string()),
+            event: Some(name.into()),
+            data: crate::protocol::json_text(&data),
+            retry: None,
+        }
     }
 
     fn params_of(&self, tool_call_id: &str) -> Value {

@@ -104,7 +104,7 @@ impl LlmGatewayEncoder {
     pub fn for_chat(session_id: &str, turn: u32, max_iterations: u32) -> Self {
         let connected = json!({"type": "connected", "sessionId": session_id});
         Self {
-            connected: Some(Frame::event("connected", connected.to_string(), None)),
+            connected: Some(Frame::event("connected", super::json_text(&connected), None)),
             session_id: Some(session_id.to_string()),
             turn: Some(turn),
             max_iterations: Some(max_iterations),
@@ -151,7 +151,7 @@ impl LlmGatewayEncoder {
         if let Value::Object(fields) = fields {
             object.extend(fields);
         }
-        Value::Object(object).to_string()
+        super::json_text(&Value::Object(object))
     }
 
     /// A text or reasoning delta, the most frequent frames by far, written
