@@ -320,15 +320,13 @@ impl Event {
     /// costs a fraction of serde's flattened map; everything else goes
     /// through serde.
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
-        let (kind, text) = match &self.kind {
-            EventKind::TextDelta { text } => ("text_delta", text),
-            EventKind::ReasoningDelta { text } => ("reasoning_delta", text),
-            _ => return serde_json::to_string(self),
+        let (EventKind::TextDelta { text } | EventKind::ReasoningDelta { text }) = &self.kind else {
+            return serde_json::to_string(self);
         };
         let agent = &self.agent;
         let mut out = Vec::with_capacity(text.len() + agent.agent_id.len() + 80);
         out.extend_from_slice(b"{\"type\":\"");
-        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(self.kind.type_name().as_bytes());
         out.extend_from_slice(b"\",\"text\":");
         serde_json::to_writer(&mut out, text)?;
         out.extend_from_slice(b",\"agent_id\":");

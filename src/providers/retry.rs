@@ -67,11 +67,10 @@ pub(super) fn client(resilience: &Resilience, http2: bool) -> reqwest::Client {
 /// The providers add only their wire format and their auth headers.
 pub(super) struct Endpoint {
     client: reqwest::Client,
-    url: String,
-    /// `url`, parsed once (a parse per request was ~2 % of a chat's
-    /// instructions); `None` when it does not parse, so each request
-    /// fails with reqwest's own error, as it would without this.
-    parsed: Option<reqwest::Url>,
+    /// Parsed once (a parse per request was ~2 % of a chat's
+    /// instructions); the text when it does not parse, so each request
+    /// fails with reqwest's own error.
+    url: Result<reqwest::Url, String>,
     model: String,
     api_key: Option<Secret>,
     max_output_tokens: u32,
@@ -84,8 +83,7 @@ impl Endpoint {
         let url = format!("{}{path}", model.base_url);
         Self {
             client: client(&model.resilience, model.http2),
-            parsed: reqwest::Url::parse(&url).ok(),
-            url,
+            url: reqwest::Url::parse(&url).map_err(|_| url),
             model: model.model.clone(),
             api_key: model.api_key.clone(),
             max_output_tokens: model.max_output_tokens,
@@ -116,9 +114,9 @@ impl Endpoint {
         let request = || {
             let mut headers = reqwest::header::HeaderMap::new();
             crate::telemetry::trace::inject_current(&mut headers);
-            let builder = match &self.parsed {
-                Some(url) => self.client.post(url.clone()),
-                None => self.client.post(&self.url),
+            let builder = match &self.url {
+                Ok(url) => self.client.post(url.clone()),
+                Err(text) => self.client.post(text),
             };
             let builder = builder
                 .headers(headers)

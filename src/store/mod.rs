@@ -59,11 +59,7 @@ impl SessionKey {
     /// `tenant/id`: how a key is written inside the store (relay index,
     /// lease index). Tenant ids cannot contain `/` (config validation).
     pub fn to_member(&self) -> String {
-        let mut member = String::with_capacity(self.tenant.len() + 1 + self.id.len());
-        member.push_str(&self.tenant);
-        member.push('/');
-        member.push_str(&self.id);
-        member
+        [&*self.tenant, "/", &self.id].concat()
     }
 
     pub fn from_member(member: &str) -> Option<Self> {
