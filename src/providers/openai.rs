@@ -20,6 +20,7 @@ use std::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::RequestBuilder;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
@@ -290,8 +291,8 @@ impl Decoder for ChunkDecoder {
         // The usual chunk is read in place (its strings borrowed); one with
         // a field of an unusual type is read as a JSON value, leniently.
         let value;
-        let chunk = match serde_json::from_str::<wire::Chunk<'_>>(data) {
-            Ok(chunk) => chunk.into(),
+        let chunk = match serde_json::from_str::<Chunk<'_>>(data) {
+            Ok(chunk) => chunk,
             Err(_) => {
                 value = serde_json::from_str::<Value>(data)
                     .map_err(|_| ProviderError::Protocol("a stream chunk is not JSON".into()))?;
@@ -312,8 +313,8 @@ impl Decoder for ChunkDecoder {
                 cache_write_tokens: 0,
             });
         }
-        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
-            self.on_delta(choice.delta, out);
+        for choice in chunk.choices.into_iter().flatten().filter(|c| c.index.unwrap_or(0) == 0) {
+            self.on_delta(choice.delta.unwrap_or_default(), out);
             if let Some(reason) = choice.finish_reason {
                 self.finish = Some(finish_reason(&reason));
             }
@@ -329,170 +330,124 @@ impl Decoder for ChunkDecoder {
     }
 }
 
-/// What a chunk says, whichever way it was read.
+/// A chunk as OpenAI-compatible servers send it, read in place: its
+/// strings borrowed from the event's data, the fields the gateway does not
+/// use (`id`, `object`, `model`, …) skipped, and read straight into the
+/// shape the decoder walks (no second copy of the choices).
+#[derive(Deserialize, Default)]
 struct Chunk<'a> {
+    #[serde(default)]
     error: Option<Value>,
+    #[serde(default)]
     usage: Option<Value>,
-    choices: Vec<Choice<'a>>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
 }
 
+#[derive(Deserialize)]
 struct Choice<'a> {
-    index: u64,
-    delta: Delta<'a>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
     finish_reason: Option<Cow<'a, str>>,
 }
 
-#[derive(Default)]
+#[derive(Deserialize, Default)]
 struct Delta<'a> {
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     content: Option<Cow<'a, str>>,
-    tool_calls: Vec<CallDelta<'a>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<CallDelta<'a>>>,
 }
 
+#[derive(Deserialize)]
 struct CallDelta<'a> {
+    #[serde(default)]
     index: Option<u64>,
+    #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     arguments: Option<Cow<'a, str>>,
 }
 
 impl<'a> Chunk<'a> {
     /// A chunk read as a JSON value: strings where strings are expected,
-    /// anything else as absent.
+    /// anything else as absent (an index that is not a number counts as 0).
     fn from_value(chunk: &'a Value) -> Self {
         let text = |v: &'a Value| v.as_str().map(Cow::Borrowed);
         let choices = chunk["choices"].as_array().map(Vec::as_slice).unwrap_or_default();
         Self {
             error: chunk.get("error").cloned(),
             usage: chunk.get("usage").cloned(),
-            choices: choices
-                .iter()
-                .map(|choice| {
-                    let delta = &choice["delta"];
-                    let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
-                    Choice {
-                        index: choice["index"].as_u64().unwrap_or(0),
-                        finish_reason: text(&choice["finish_reason"]),
-                        delta: Delta {
-                            reasoning: text(&delta["reasoning_content"]).or_else(|| text(&delta["reasoning"])),
-                            content: text(&delta["content"]),
-                            tool_calls: calls
-                                .iter()
-                                .map(|call| CallDelta {
-                                    index: call["index"].as_u64(),
-                                    id: text(&call["id"]),
-                                    name: text(&call["function"]["name"]),
-                                    arguments: text(&call["function"]["arguments"]),
-                                })
-                                .collect(),
-                        },
-                    }
-                })
-                .collect(),
-        }
-    }
-}
-
-/// The chunk as OpenAI-compatible servers send it, for reading in place.
-mod wire {
-    use std::borrow::Cow;
-
-    use serde::Deserialize;
-    use serde_json::Value;
-
-    #[derive(Deserialize)]
-    pub(super) struct Chunk<'a> {
-        #[serde(default)]
-        error: Option<Value>,
-        #[serde(default)]
-        usage: Option<Value>,
-        #[serde(default, borrow)]
-        choices: Option<Vec<Choice<'a>>>,
-    }
-
-    #[derive(Deserialize)]
-    struct Choice<'a> {
-        #[serde(default)]
-        index: Option<u64>,
-        #[serde(default, borrow)]
-        delta: Option<Delta<'a>>,
-        #[serde(default, borrow)]
-        finish_reason: Option<Cow<'a, str>>,
-    }
-
-    #[derive(Deserialize)]
-    struct Delta<'a> {
-        #[serde(default, borrow)]
-        reasoning_content: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        reasoning: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        content: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        tool_calls: Option<Vec<Call<'a>>>,
-    }
-
-    #[derive(Deserialize)]
-    struct Call<'a> {
-        #[serde(default)]
-        index: Option<u64>,
-        #[serde(default, borrow)]
-        id: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        function: Option<Function<'a>>,
-    }
-
-    #[derive(Deserialize)]
-    struct Function<'a> {
-        #[serde(default, borrow)]
-        name: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        arguments: Option<Cow<'a, str>>,
-    }
-
-    impl<'a> From<Chunk<'a>> for super::Chunk<'a> {
-        fn from(chunk: Chunk<'a>) -> Self {
-            let choices = chunk.choices.unwrap_or_default().into_iter().map(|choice| {
-                let delta = choice.delta.map(|delta| super::Delta {
-                    reasoning: delta.reasoning_content.or(delta.reasoning),
-                    content: delta.content,
-                    tool_calls: (delta.tool_calls.unwrap_or_default().into_iter())
-                        .map(|call| {
-                            let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
-                            super::CallDelta { index: call.index, id: call.id, name, arguments }
-                        })
-                        .collect(),
-                });
-                super::Choice {
-                    index: choice.index.unwrap_or(0),
-                    delta: delta.unwrap_or_default(),
-                    finish_reason: choice.finish_reason,
-                }
-            });
-            super::Chunk { error: chunk.error, usage: chunk.usage, choices: choices.collect() }
+            choices: Some(
+                choices
+                    .iter()
+                    .map(|choice| {
+                        let delta = &choice["delta"];
+                        let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+                        Choice {
+                            index: Some(choice["index"].as_u64().unwrap_or(0)),
+                            finish_reason: text(&choice["finish_reason"]),
+                            delta: Some(Delta {
+                                reasoning_content: text(&delta["reasoning_content"]),
+                                reasoning: text(&delta["reasoning"]),
+                                content: text(&delta["content"]),
+                                tool_calls: Some(
+                                    calls
+                                        .iter()
+                                        .map(|call| CallDelta {
+                                            index: call["index"].as_u64(),
+                                            id: text(&call["id"]),
+                                            function: Some(Function {
+                                                name: text(&call["function"]["name"]),
+                                                arguments: text(&call["function"]["arguments"]),
+                                            }),
+                                        })
+                                        .collect(),
+                                ),
+                            }),
+                        }
+                    })
+                    .collect(),
+            ),
         }
     }
 }
 
 impl ChunkDecoder {
     fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ModelEvent>) {
-        if let Some(text) = delta.reasoning.filter(|t| !t.is_empty()) {
+        if let Some(text) = delta.reasoning_content.or(delta.reasoning).filter(|t| !t.is_empty()) {
             out.push_back(ModelEvent::ReasoningDelta(text.into_owned()));
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             out.push_back(ModelEvent::TextDelta(text.into_owned()));
         }
-        for (position, call) in delta.tool_calls.into_iter().enumerate() {
+        for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
             let index = call.index.and_then(|i| u32::try_from(i).ok()).unwrap_or(position as u32);
             let pending = self.calls.entry(index).or_default();
             let non_empty = |v: Option<Cow<'_, str>>| v.filter(|s| !s.is_empty()).map(Cow::into_owned);
+            let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
             pending.id = pending.id.take().or_else(|| non_empty(call.id));
-            pending.name = pending.name.take().or_else(|| non_empty(call.name));
+            pending.name = pending.name.take().or_else(|| non_empty(name));
             if let (false, Some(id), Some(name)) = (pending.started, &pending.id, &pending.name) {
                 let (id, name) = (id.clone(), name.clone());
                 start(index, id, name, pending, out);
             }
-            if let Some(fragment) = call.arguments.filter(|f| !f.is_empty()) {
+            if let Some(fragment) = arguments.filter(|f| !f.is_empty()) {
                 if pending.started {
                     out.push_back(ModelEvent::ToolCallDelta { index, fragment: fragment.into_owned() });
                 } else {

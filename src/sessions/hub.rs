@@ -180,21 +180,27 @@ impl Feed {
         (state.held_changes != seen).then(|| (state.held_changes, state.held.clone()))
     }
 
-    /// Appends to `ready` the events after `after` the ring holds.
+    /// Appends to `ready` the events after `after` the ring holds. When the
+    /// taker is the feed's only follower, the ring lets go of what it took
+    /// (it has every event up to `last` now): an open chat does not keep its
+    /// turn's delivered events in memory twice, or at all once they are
+    /// sent. A follower that joins later from an older cursor reads the
+    /// store, as one joining past the ring always did.
     pub(super) fn take_after(&self, after: u64, ready: &mut VecDeque<Arc<LogEvent>>) -> Taken {
-        let state = self.lock();
-        let nothing = || {
-            if state.local == 0 && !self.subscribed.initialized() { Taken::Detached } else { Taken::Nothing }
-        };
-        let Some(front) = state.recent.front() else { return nothing() };
+        let mut state = self.lock();
         if state.last.is_none_or(|l| l <= after) {
-            return nothing();
+            return if state.local == 0 && !self.subscribed.initialized() { Taken::Detached } else { Taken::Nothing };
         }
+        let Some(front) = state.recent.front() else { return Taken::Gap };
         if front.seq > after + 1 {
             return Taken::Gap;
         }
         let skip = (after + 1 - front.seq) as usize;
-        ready.extend(state.recent.iter().skip(skip).cloned());
+        if self.followers.load(Ordering::SeqCst) == 1 {
+            ready.extend(state.recent.drain(..).skip(skip));
+        } else {
+            ready.extend(state.recent.iter().skip(skip).cloned());
+        }
         Taken::Some
     }
 
@@ -698,6 +704,43 @@ mod tests {
 
     fn event(kind: EventKind, agent: &str) -> Event {
         Event { kind, agent: AgentRef { agent_id: agent.into(), parent_id: None, depth: 0 }, ts: 0 }
+    }
+
+    /// A feed's only follower takes the ring's events away (nothing it
+    /// was handed stays held for it); a follower joining later from an
+    /// older cursor is sent to the store; with two, the ring keeps its
+    /// events for each of them.
+    #[test]
+    fn a_lone_follower_empties_the_ring_and_one_joining_later_reads_the_store() {
+        let log_event = |seq: u64| {
+            Arc::new(LogEvent {
+                seq,
+                session_id: "s1".into(),
+                event: event(EventKind::TextDelta { text: seq.to_string() }, "main"),
+            })
+        };
+        let seqs = |ready: &VecDeque<Arc<LogEvent>>| ready.iter().map(|e| e.seq).collect::<Vec<_>>();
+        let feed = Feed::new();
+        feed.lock().local = 1;
+        feed.followers.fetch_add(1, Ordering::SeqCst);
+        feed.push(1, (1..=3).map(log_event));
+        let mut first = VecDeque::new();
+        assert!(matches!(feed.take_after(1, &mut first), Taken::Some));
+        assert_eq!(seqs(&first), [2, 3]);
+        assert!(feed.lock().recent.is_empty(), "the ring let go of what its one follower took");
+        assert!(matches!(feed.take_after(3, &mut first), Taken::Nothing));
+        feed.push(4, [log_event(4)]);
+        assert!(matches!(feed.take_after(3, &mut first), Taken::Some));
+        assert_eq!(seqs(&first), [2, 3, 4]);
+
+        feed.followers.fetch_add(1, Ordering::SeqCst);
+        assert!(matches!(feed.take_after(1, &mut VecDeque::new()), Taken::Gap), "a late joiner reads the store");
+        feed.push(5, [log_event(5), log_event(6)]);
+        let (mut a, mut b) = (VecDeque::new(), VecDeque::new());
+        assert!(matches!(feed.take_after(4, &mut a), Taken::Some));
+        assert!(matches!(feed.take_after(5, &mut b), Taken::Some));
+        assert_eq!((seqs(&a), seqs(&b)), (vec![5, 6], vec![6]));
+        assert_eq!(feed.lock().recent.len(), 2, "two followers: the ring keeps its events");
     }
 
     #[test]

@@ -704,8 +704,8 @@ impl Task {
         if !all && readiness == Readiness::Ready && next_tick.is_some_and(|tick| tick > now) {
             return Err(next_tick.into_iter().chain(later).min());
         }
-        let mut writes = Vec::new();
-        let mut tenures = Vec::new();
+        let mut writes = Vec::with_capacity(self.ready.len());
+        let mut tenures = Vec::with_capacity(self.ready.len());
         for &tenure in &self.ready {
             let Some(queue) = self.queues.get_mut(&tenure) else { continue };
             if queue.ready(now, linger).is_none() {

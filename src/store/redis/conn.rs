@@ -268,6 +268,12 @@ impl Role {
 }
 
 impl Spread {
+    /// Room for `commands` commands (a round's are counted before it is
+    /// built: per token, growing the lists costs more than sizing them).
+    pub(super) fn with_capacity(commands: usize) -> Self {
+        Self { pipe: Pipeline::with_capacity(commands), roles: Vec::with_capacity(commands) }
+    }
+
     /// Where the next command goes; its reply comes back from [`Conn::send`].
     pub(super) fn answered(&mut self) -> &mut Pipeline {
         self.roles.push(Role::Answered(None));

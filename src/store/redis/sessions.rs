@@ -147,7 +147,11 @@ impl RedisStore {
     /// `store.wait_replicas`, only once that many replicas hold the round's
     /// writes.
     async fn commit_round(&self, conn: &mut Conn, parts: &[Part<'_>]) -> Result<Vec<Replies>, RedisError> {
-        let mut spread = Spread::default();
+        // Each append, each announcement, each commit and the hints it may
+        // imply (at most three, a create's listing aside).
+        let commands =
+            parts.iter().map(|p| p.append.map_or(0, |a| a.events.len() + 1) + p.commit.map_or(0, |_| 4)).sum();
+        let mut spread = Spread::with_capacity(commands);
         let mut id = String::new();
         for (group, part) in parts.iter().enumerate() {
             if let Some(append) = part.append {
