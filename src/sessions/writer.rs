@@ -482,7 +482,10 @@ struct Task {
     hub: EventHub,
     instance: Arc<str>,
     pacing: Pacing,
-    queues: HashMap<Tenure, Queue>,
+    /// Boxed: the map's table is sized at a power of two above twice its
+    /// entries, so an inline queue (≈ 300 bytes) would cost every session
+    /// running here more than its own size in empty slots.
+    queues: HashMap<Tenure, Box<Queue>>,
     /// The tenure running each session here.
     tenures: HashMap<SessionKey, Tenure>,
     /// Queues that may have a part to send (checked at each dispatch).
@@ -595,7 +598,7 @@ impl Task {
                 self.tenures.insert(key.clone(), tenure);
                 self.queues.insert(
                     tenure,
-                    Queue {
+                    Box::new(Queue {
                         key,
                         epoch,
                         n: 0,
@@ -616,7 +619,7 @@ impl Task {
                         backoff: RETRY_FIRST,
                         broken,
                         closing: false,
-                    },
+                    }),
                 );
             }
             Submission::Commit { tenure, change, ack } => match self.queues.get_mut(&tenure) {
@@ -745,7 +748,7 @@ impl Task {
     /// When the next held notice is due (`None`: no write is failing).
     fn next_notice(&self) -> Option<Instant> {
         let due = |queue: &Queue| Some(queue.noticed_at.or(queue.failing_since)? + self.pacing.hold_notice);
-        self.failing.iter().filter_map(|tenure| self.queues.get(tenure).and_then(due)).min()
+        self.failing.iter().filter_map(|tenure| self.queues.get(tenure).map(Box::as_ref).and_then(due)).min()
     }
 
     /// Tells the streams of every queue whose writes have failed for
@@ -796,6 +799,13 @@ impl Task {
                     queue.transitions -= usize::from(ack.is_some());
                     if attempt.items > 0 {
                         queue.after_transition = ack.is_some();
+                    }
+                    // A transition applied with nothing behind it: the turn
+                    // waits (a relay, a tool) or ends, and its queue keeps
+                    // no room for the streamed events it had (one
+                    // allocation per transition, none per token).
+                    if ack.is_some() && queue.items.is_empty() {
+                        queue.items = VecDeque::new();
                     }
                     if let (Some(ack), Some(committed)) = (ack, wrote.committed) {
                         queue.n += 1;
