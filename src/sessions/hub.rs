@@ -3,7 +3,10 @@
 //! `writer.rs`: nothing reaches a client before it is durable.)
 //!
 //! Each followed session has a [`Feed`]: its newest events in memory (a
-//! small ring, gapless) and a wake-up for the followers waiting on it.
+//! small ring, gapless) and a wake-up for the followers waiting on it. A
+//! feed with a single follower hands its events over rather than copying
+//! them, so an open chat holds none of what it already sent; a follower
+//! joining later from before the ring reads the store.
 //!
 //! A session running here feeds its feed from the writer, straight from
 //! memory, each event the moment the store acknowledged it — from the
