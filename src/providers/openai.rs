@@ -334,7 +334,7 @@ impl Decoder for ChunkDecoder {
 /// strings borrowed from the event's data, the fields the gateway does not
 /// use (`id`, `object`, `model`, …) skipped, and read straight into the
 /// shape the decoder walks (no second copy of the choices).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(default)]
     error: Option<Value>,
@@ -384,46 +384,49 @@ struct Function<'a> {
     arguments: Option<Cow<'a, str>>,
 }
 
+/// A string where one is expected, anything else as absent.
+fn text(value: &Value) -> Option<Cow<'_, str>> {
+    value.as_str().map(Cow::Borrowed)
+}
+
+/// The same shapes read from a JSON value, for a chunk with a field of an
+/// unusual type: strings where strings are expected, anything else as
+/// absent (an index that is not a number counts as 0).
 impl<'a> Chunk<'a> {
-    /// A chunk read as a JSON value: strings where strings are expected,
-    /// anything else as absent (an index that is not a number counts as 0).
     fn from_value(chunk: &'a Value) -> Self {
-        let text = |v: &'a Value| v.as_str().map(Cow::Borrowed);
         let choices = chunk["choices"].as_array().map(Vec::as_slice).unwrap_or_default();
         Self {
             error: chunk.get("error").cloned(),
             usage: chunk.get("usage").cloned(),
-            choices: Some(
-                choices
-                    .iter()
-                    .map(|choice| {
-                        let delta = &choice["delta"];
-                        let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
-                        Choice {
-                            index: Some(choice["index"].as_u64().unwrap_or(0)),
-                            finish_reason: text(&choice["finish_reason"]),
-                            delta: Some(Delta {
-                                reasoning_content: text(&delta["reasoning_content"]),
-                                reasoning: text(&delta["reasoning"]),
-                                content: text(&delta["content"]),
-                                tool_calls: Some(
-                                    calls
-                                        .iter()
-                                        .map(|call| CallDelta {
-                                            index: call["index"].as_u64(),
-                                            id: text(&call["id"]),
-                                            function: Some(Function {
-                                                name: text(&call["function"]["name"]),
-                                                arguments: text(&call["function"]["arguments"]),
-                                            }),
-                                        })
-                                        .collect(),
-                                ),
-                            }),
-                        }
-                    })
-                    .collect(),
-            ),
+            choices: Some(choices.iter().map(Choice::from_value).collect()),
+        }
+    }
+}
+
+impl<'a> Choice<'a> {
+    fn from_value(choice: &'a Value) -> Self {
+        let delta = &choice["delta"];
+        let calls = delta["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+        Self {
+            index: Some(choice["index"].as_u64().unwrap_or(0)),
+            finish_reason: text(&choice["finish_reason"]),
+            delta: Some(Delta {
+                reasoning_content: text(&delta["reasoning_content"]),
+                reasoning: text(&delta["reasoning"]),
+                content: text(&delta["content"]),
+                tool_calls: Some(calls.iter().map(CallDelta::from_value).collect()),
+            }),
+        }
+    }
+}
+
+impl<'a> CallDelta<'a> {
+    fn from_value(call: &'a Value) -> Self {
+        let function = &call["function"];
+        Self {
+            index: call["index"].as_u64(),
+            id: text(&call["id"]),
+            function: Some(Function { name: text(&function["name"]), arguments: text(&function["arguments"]) }),
         }
     }
 }
