@@ -56,6 +56,7 @@ impl ModelProvider for AnthropicProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
         let (model, max_tokens) = self.endpoint.model_and_limit(&request);
         let body = Bytes::from(request_body(&request, model, max_tokens).to_string());
+        let model = self.endpoint.served_model(request);
         let auth = |builder: RequestBuilder, key: Option<&Secret>| {
             let builder = builder.header("anthropic-version", API_VERSION);
             match key.and_then(|key| HeaderValue::from_str(key.expose()).ok()) {
@@ -66,7 +67,7 @@ impl ModelProvider for AnthropicProvider {
                 None => builder,
             }
         };
-        self.endpoint.stream(self.name(), model, body, auth, EventDecoder::default).await
+        self.endpoint.stream(self.name(), &model, body, auth, EventDecoder::default).await
     }
 }
 

@@ -49,12 +49,13 @@ impl ModelProvider for OpenAiProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
         let (model, max_tokens) = self.endpoint.model_and_limit(&request);
         let body = Bytes::from(request_body(&request, model, max_tokens));
+        let model = self.endpoint.served_model(request);
         // `bearer_auth` marks the header sensitive, so it is never logged.
         let auth = |builder: RequestBuilder, key: Option<&Secret>| match key {
             Some(key) => builder.bearer_auth(key.expose()),
             None => builder,
         };
-        self.endpoint.stream(self.name(), model, body, auth, ChunkDecoder::default).await
+        self.endpoint.stream(self.name(), &model, body, auth, ChunkDecoder::default).await
     }
 }
 

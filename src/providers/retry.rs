@@ -14,7 +14,7 @@
 //! This module also maps HTTP statuses and upstream error bodies to
 //! [`ProviderError`]; messages are truncated and never carry the API key.
 
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
 
 use bytes::Bytes;
 use reqwest::{
@@ -97,6 +97,14 @@ impl Endpoint {
         let model = if request.model.is_empty() { self.model.as_str() } else { request.model.as_str() };
         let limit = if request.max_output_tokens == 0 { self.max_output_tokens } else { request.max_output_tokens };
         (model, limit)
+    }
+
+    /// The upstream model id of `request`, which is given up: once its body
+    /// is written, a call waiting for its first event (a slow model, a
+    /// retry's back-off) holds only that body, not the request's messages
+    /// and tool specs beside it (≈ 4 KiB per streaming chat).
+    pub fn served_model(&self, request: ModelRequest) -> Cow<'_, str> {
+        if request.model.is_empty() { Cow::Borrowed(&self.model) } else { Cow::Owned(request.model) }
     }
 
     /// Streams `body` through [`open`]. The one place an upstream request
@@ -352,6 +360,32 @@ mod tests {
         );
         assert!(!is_retryable(&http_error(StatusCode::BAD_REQUEST, None, "", None)));
         assert!(is_retryable(&http_error(StatusCode::REQUEST_TIMEOUT, None, "", None)));
+    }
+
+    #[test]
+    fn a_request_names_its_own_model_and_limit_or_falls_back_to_the_configured_ones() {
+        let config = crate::config::ModelConfig {
+            alias: "fast".into(),
+            provider: crate::config::ProviderKind::OpenAiCompatible,
+            base_url: "http://127.0.0.1:9".into(),
+            model: "configured".into(),
+            api_key: None,
+            context_window: 1000,
+            max_output_tokens: 64,
+            resilience: Resilience::default(),
+            continue_partial: false,
+            prices: None,
+            http2: false,
+        };
+        let endpoint = Endpoint::new(&config, "/chat/completions");
+        let mut request = ModelRequest::plain(&config, Vec::new());
+        (request.model, request.max_output_tokens) = (String::new(), 0);
+        assert_eq!(endpoint.model_and_limit(&request), ("configured", 64));
+        assert_eq!(endpoint.served_model(request), "configured");
+        let mut request = ModelRequest::plain(&config, Vec::new());
+        (request.model, request.max_output_tokens) = ("own".into(), 7);
+        assert_eq!(endpoint.model_and_limit(&request), ("own", 7));
+        assert_eq!(endpoint.served_model(request), "own");
     }
 
     #[test]
