@@ -6,7 +6,7 @@
 //! decision and a cancel of a running turn are left in the session's inbox
 //! for its owner, who takes them up in its next commit.
 
-use super::{SessionError, Sessions, Started, fence_of, ownership};
+use super::{SessionError, Sessions, Started, commit::Basis, fence_of, ownership};
 use crate::{
     domain::{Answers, ChatMessage, EventKind, RelayDecision, RunInput, Session, Status},
     principal::Principal,
@@ -117,7 +117,7 @@ impl Sessions {
         let earlier = loaded.session.trace_parent().map(str::to_string);
         let trace = self.request_trace();
         let Starting { key, record, session, events, conversation } = loaded.start(|s| s.start_turn(message, trace))?;
-        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
+        let started = self.activate(&key, Basis::Existing(&record), session, events, earlier).await?;
         Ok(Started { conversation, ..started })
     }
 
@@ -128,7 +128,7 @@ impl Sessions {
         let earlier = loaded.session.trace_parent().map(str::to_string);
         let trace = self.request_trace();
         let Starting { key, record, session, events, conversation } = loaded.start(|s| s.regenerate(trace))?;
-        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
+        let started = self.activate(&key, Basis::Existing(&record), session, events, earlier).await?;
         Ok(Started { conversation, ..started })
     }
 
@@ -147,7 +147,7 @@ impl Sessions {
         let trace = self.request_trace();
         let Starting { key, record, session, events, conversation } = loaded.start(|s| s.resume(&answers, trace))?;
         let dialect = session.dialect().to_string();
-        let started = self.activate(&key, Some(&record), session, events, earlier).await?;
+        let started = self.activate(&key, Basis::Existing(&record), session, events, earlier).await?;
         self.metrics().resume(&dialect);
         Ok(Started { conversation, ..started })
     }
@@ -158,7 +158,7 @@ impl Sessions {
         let earlier = loaded.session.trace_parent().map(str::to_string);
         let trace = self.request_trace();
         let Starting { key, record, session, events, .. } = loaded.start(|s| s.start_compaction(trace))?;
-        self.activate(&key, Some(&record), session, events, earlier).await
+        self.activate(&key, Basis::Existing(&record), session, events, earlier).await
     }
 
     /// Applies a transition between turns (a model or reasoning change, a

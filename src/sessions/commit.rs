@@ -4,9 +4,14 @@
 //! stored session back, and hands a session it now owns to the runner
 //! (the request that started it follows the [`Started`] turn).
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
 use tracing::Instrument as _;
 
-use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp};
+use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp, writer::Pipe};
 use crate::{
     domain::{ChatMessage, Event, EventKind, Session},
     store::{Commit, CommitError, Committed, Conflict, Fence, OwnerChange, Record, SessionKey, StateWrite, StoreError},
@@ -55,7 +60,7 @@ impl Sessions {
     pub(super) async fn activate(
         &self,
         key: &SessionKey,
-        record: Option<&Record>,
+        basis: Basis<'_>,
         mut session: Session,
         events: Vec<EventKind>,
         link: Option<String>,
@@ -67,19 +72,71 @@ impl Sessions {
                 retry_after_secs: self.inner.config.store.lease_ttl.as_secs().max(1),
             });
         }
-        let fence = match record {
-            Some(record) => fence_of(record),
-            None => Fence::Absent,
+        let (fence, id_made_here) = match basis {
+            Basis::Existing(record) => (fence_of(record), false),
+            Basis::New { id_made_here } => (Fence::Absent, id_made_here),
         };
         let draining = self.inner.drain.is_cancelled();
         let (mut commit, stamped) = self.stamped_commit(key, fence, &session, &events)?;
         commit.owner = if draining { OwnerChange::Release } else { OwnerChange::Acquire(self.instance().to_string()) };
         commit.open_relays = session.live_relays();
         commit.turn_start = true;
+        if id_made_here && !draining {
+            return self.create_running(key, session, commit, stamped, link).await;
+        }
         let committed = self.commit_one(commit).await?;
         session.conversation_saved();
         if !draining {
             self.spawn_runner(key.clone(), session, committed, stamped, None, link);
+        }
+        Ok(Started { key: key.clone(), cursor: committed.first_seq - 1, conversation: None })
+    }
+
+    /// Creates a session whose id this replica made and runs its first turn
+    /// here, the turn started while the creating commit is on its way: the
+    /// model is called during that round trip instead of after it (the time
+    /// to the first token of a new chat). Nothing the turn writes leaves
+    /// the writer before the commit is answered ([`super::writer::Gate`]).
+    /// The commit made as foreseen (a new session's first tenure, its
+    /// events first in its log) lets the turn's writes go; made otherwise
+    /// (an old log of that id still there), the turn is dropped unwritten
+    /// and the session restarted here from its commit; failed (the store),
+    /// the turn is dropped and the request fails as it would have. Only
+    /// for ids made here: a client's id may be taken (by another user's
+    /// session, say), and a refused request must not call the model.
+    async fn create_running(
+        &self,
+        key: &SessionKey,
+        mut session: Session,
+        commit: Commit,
+        stamped: Vec<Event>,
+        link: Option<String>,
+    ) -> Result<Started, SessionError> {
+        let foreseen = (FIRST_EPOCH, 1, stamped.len() as u64);
+        let (pipe, gate) = self.inner.writer.open_held(key.clone(), foreseen.0, foreseen.2);
+        let running = Running::new(self.inner.shutdown.child_token(), foreseen.0);
+        let here = Arc::new(AtomicBool::new(false));
+        session.conversation_saved();
+        let span = self.turn_span(key, &session, link.as_deref());
+        let opening = Opening::Held { pipe, here: here.clone() };
+        self.spawn_turn(key.clone(), session, running.clone(), opening, None, span);
+        let committed = match self.commit_one(commit).await {
+            Ok(committed) => committed,
+            Err(e) => {
+                running.stop(Stop::Lost);
+                gate.discard().await;
+                return Err(e);
+            }
+        };
+        if (committed.epoch, committed.first_seq, committed.last_seq) == foreseen {
+            self.inner.hub.run_here(key, committed.first_seq, stamped);
+            here.store(true, Ordering::Release);
+            self.register_running(key, &running);
+            gate.release().await;
+        } else {
+            running.stop(Stop::Lost);
+            gate.discard().await;
+            self.recover(key.clone());
         }
         Ok(Started { key: key.clone(), cursor: committed.first_seq - 1, conversation: None })
     }
@@ -133,9 +190,8 @@ impl Sessions {
 
     /// Hands a session this instance now owns (tenure `committed.epoch`,
     /// begun by a commit of `events`) to the runner, in an `invoke_agent`
-    /// span: a child of the current span (the request that started or
-    /// resumed the turn; none for a takeover), linked to the trace `link`
-    /// names. The session's feed here is fed from that commit on.
+    /// span ([`Sessions::turn_span`]). The session's feed here is fed from
+    /// that commit on.
     pub(super) fn spawn_runner(
         &self,
         key: SessionKey,
@@ -146,6 +202,20 @@ impl Sessions {
         link: Option<String>,
     ) {
         self.inner.hub.run_here(&key, committed.first_seq, events);
+        let span = self.turn_span(&key, &session, link.as_deref());
+        if takeover.is_some() {
+            self.inner.metrics.takeovers.inc();
+        }
+        let running = Running::new(self.inner.shutdown.child_token(), committed.epoch);
+        self.register_running(&key, &running);
+        let opening = Opening::Committed { epoch: committed.epoch, last_seq: committed.last_seq };
+        self.spawn_turn(key, session, running, opening, takeover, span);
+    }
+
+    /// The `invoke_agent` span of a turn: a child of the current span (the
+    /// request that started or resumed the turn; none for a takeover),
+    /// linked to the trace `link` names.
+    fn turn_span(&self, key: &SessionKey, session: &Session, link: Option<&str>) -> tracing::Span {
         let span = tracing::info_span!(
             "invoke_agent",
             { attr::OTEL_NAME } = format!("{} {}", attr::OPERATION_INVOKE_AGENT, attr::AGENT_NAME),
@@ -161,21 +231,34 @@ impl Sessions {
             { attr::TURN } = i64::from(session.turn()),
             { attr::TRACE_ID } = tracing::field::Empty,
         );
-        if let Some(link) = &link {
+        if let Some(link) = link {
             trace::link_to(&span, link);
         }
         if let Some(trace_id) = trace::trace_id(&span) {
             span.record(attr::TRACE_ID, trace_id);
         }
-        if takeover.is_some() {
-            self.inner.metrics.takeovers.inc();
-        }
-        let running = Running::new(self.inner.shutdown.child_token(), committed.epoch);
-        // An earlier tenure here (a title phase a new turn took the session
-        // from) stops: its commits are fenced anyway.
+        span
+    }
+
+    /// Registers the run of a tenure here. An earlier tenure here (a title
+    /// phase a new turn took the session from) stops: its commits are
+    /// fenced anyway.
+    fn register_running(&self, key: &SessionKey, running: &Running) {
         if let Some(earlier) = self.inner.running.insert(key.clone(), running.clone()) {
             earlier.stop(Stop::Lost);
         }
+    }
+
+    /// Runs the turn of `key`'s tenure on the app's tracker, in `span`.
+    fn spawn_turn(
+        &self,
+        key: SessionKey,
+        session: Session,
+        running: Running,
+        opening: Opening,
+        takeover: Option<ownership::Takeover>,
+        span: tracing::Span,
+    ) {
         let sessions = self.clone();
         let metrics = self.inner.metrics.clone();
         // Boxed before the task takes it: the task's state lives as long
@@ -195,7 +278,12 @@ impl Sessions {
                     let _running = metrics.running_session();
                     // Decisions, cancels and takeovers elsewhere arrive as
                     // wake-ups on this instance's own channel (the hub listens).
-                    let pipe = sessions.inner.writer.open(key.clone(), committed.epoch, committed.last_seq);
+                    let (pipe, here) = match opening {
+                        Opening::Committed { epoch, last_seq } => {
+                            (sessions.inner.writer.open(key.clone(), epoch, last_seq), None)
+                        }
+                        Opening::Held { pipe, here } => (pipe, Some(here)),
+                    };
                     let (from, continuation) = match takeover {
                         Some(t) => {
                             if t.cancel {
@@ -209,11 +297,37 @@ impl Sessions {
                     let handle =
                         RunHandle::new(sessions.clone(), key.clone(), session, pipe, running, from, continuation);
                     sessions.inner.runner.run(handle).await;
-                    sessions.inner.hub.ran_here(&key);
+                    // A turn dropped before its session was created never
+                    // ran here as far as the feeds know.
+                    if here.is_none_or(|here| here.load(Ordering::Acquire)) {
+                        sessions.inner.hub.ran_here(&key);
+                    }
                 })
                 .instrument(span),
         );
     }
+}
+
+/// What a turn's start is committed on.
+pub(super) enum Basis<'a> {
+    /// A session as it was read (the commit is fenced on it).
+    Existing(&'a Record),
+    /// A new session; `id_made_here` when this replica made its id (not the
+    /// client): such a turn starts while its session is created.
+    New { id_made_here: bool },
+}
+
+/// The tenure a commit creating a session begins.
+const FIRST_EPOCH: u64 = 1;
+
+/// How a turn's tenure opens in the writer.
+enum Opening {
+    /// Its commit was made: the pipe opens as the turn starts.
+    Committed { epoch: u64, last_seq: u64 },
+    /// Its commit is on its way ([`Sessions::create_running`]): the pipe is
+    /// held; `here` is set once the commit was made as foreseen (the
+    /// session's feed here was begun).
+    Held { pipe: Pipe, here: Arc<AtomicBool> },
 }
 
 /// The fence of a command on a session as `record` was read.

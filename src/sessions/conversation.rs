@@ -7,7 +7,7 @@
 //! The seeded history is context for the model only: the session's pending
 //! calls and relays still come from the store, never from the client.
 
-use super::{NewSession, SessionError, Sessions, Started};
+use super::{NewSession, SessionError, Sessions, Started, commit::Basis};
 use crate::{
     domain::{ChatMessage, RunInput, Session},
     principal::Principal,
@@ -39,6 +39,7 @@ impl Sessions {
         message: ChatMessage,
         run: Option<RunInput>,
     ) -> Result<Started, SessionError> {
+        let id_made_here = new.id.is_none();
         let mut session = Session::new(self.spec(principal, new));
         tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
         session.seed(history)?;
@@ -49,7 +50,7 @@ impl Sessions {
         let mut events = session.start_turn(message, self.request_trace())?;
         events.extend(declared);
         let key = SessionKey::new(principal.tenant.clone(), session.id());
-        self.activate(&key, None, session, events, None).await
+        self.activate(&key, Basis::New { id_made_here }, session, events, None).await
     }
 
     /// Like [`Sessions::start_conversation`], without a new message: the
@@ -61,11 +62,12 @@ impl Sessions {
         new: NewSession,
         history: Vec<ChatMessage>,
     ) -> Result<Started, SessionError> {
+        let id_made_here = new.id.is_none();
         let mut session = Session::new(self.spec(principal, new));
         tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
         session.seed(history)?;
         let events = session.start_turn_on_history(self.request_trace())?;
         let key = SessionKey::new(principal.tenant.clone(), session.id());
-        self.activate(&key, None, session, events, None).await
+        self.activate(&key, Basis::New { id_made_here }, session, events, None).await
     }
 }

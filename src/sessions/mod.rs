@@ -530,8 +530,8 @@ impl Sessions {
     }
 
     /// Tenure `epoch` of the session ended here (paused, ended, lost).
-    async fn forget_running(&self, key: &SessionKey, epoch: u64) {
-        let removed = self.inner.running.remove_if(key, |_, running| running.epoch == epoch).is_some();
+    async fn forget_running(&self, key: &SessionKey, run: &Running) {
+        let removed = self.inner.running.remove_if(key, |_, running| running.is(run)).is_some();
         if !removed {
             return;
         }

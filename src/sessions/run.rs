@@ -63,6 +63,13 @@ impl Running {
         self.cancel.cancel();
     }
 
+    /// Whether `other` is this same hold (not merely one of the same
+    /// epoch: a turn dropped before its session was created has the epoch
+    /// of a session of that id that may run here).
+    pub fn is(&self, other: &Running) -> bool {
+        Arc::ptr_eq(&self.reason, &other.reason)
+    }
+
     pub fn reason(&self) -> Option<Stop> {
         *self.reason.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -374,7 +381,7 @@ impl RunHandle {
             return;
         }
         self.pipe.close().await;
-        self.sessions.forget_running(&self.key, self.running.epoch).await;
+        self.sessions.forget_running(&self.key, &self.running).await;
         // Not given up, and not taken by another instance: restart it here.
         // What is stored decides whether it still runs (the session in
         // memory may be ahead of it): the restart looks.
@@ -393,12 +400,12 @@ impl Drop for RunHandle {
             return;
         }
         self.closed = true;
-        let (pipe, sessions, key, epoch) =
-            (self.pipe.clone(), self.sessions.clone(), self.key.clone(), self.running.epoch);
+        let (pipe, sessions, key, running) =
+            (self.pipe.clone(), self.sessions.clone(), self.key.clone(), self.running.clone());
         self.running.stop(Stop::StoreDown);
         sessions.clone().spawn(async move {
             pipe.close().await;
-            sessions.forget_running(&key, epoch).await;
+            sessions.forget_running(&key, &running).await;
             sessions.recover(key);
         });
     }

@@ -41,6 +41,12 @@
 //! that moment; other replicas' hear of it only while one of them follows
 //! the session (its appends are then announced).
 //!
+//! A tenure may open held ([`Writer::open_held`]): a new session's first
+//! turn runs while the commit creating the session is on its way. Its queue
+//! fills as any other, but nothing of it is sent until its [`Gate`] is
+//! released (the commit was made as foreseen); a gate discarded (or
+//! dropped) breaks the queue as fenced, so nothing of the turn is written.
+//!
 //! Back-pressure: a session may have at most [`ROOM`] streamed events
 //! waiting; the turn's next event waits for room, which stops it reading
 //! from the model until the store catches up.
@@ -149,13 +155,25 @@ type Tenure = u64;
 /// (in order with each other), the rest as messages.
 enum Submission {
     /// A tenure begins (its acquiring commit was made elsewhere); the log
-    /// ends at `last_seq`.
+    /// ends at `last_seq`. A `held` tenure's commit is still on its way:
+    /// nothing of it is sent until its [`Gate`] is released.
     Open {
         tenure: Tenure,
         key: SessionKey,
         epoch: u64,
         last_seq: u64,
+        held: bool,
         broken: Arc<OnceLock<WriteError>>,
+    },
+    /// A held tenure's commit was made as foreseen: its writes may go.
+    Release {
+        tenure: Tenure,
+    },
+    /// A held tenure's commit failed, or began the tenure elsewhere than
+    /// foreseen: nothing of it is written; its turn learns it lost the
+    /// session.
+    Discard {
+        tenure: Tenure,
     },
     Event {
         tenure: Tenure,
@@ -300,9 +318,23 @@ impl Writer {
     /// Opens the pipe of a tenure that began with commit `epoch`, after
     /// which the log ends at `last_seq`.
     pub fn open(&self, key: SessionKey, epoch: u64, last_seq: u64) -> Pipe {
+        self.open_tenure(key, epoch, last_seq, false)
+    }
+
+    /// Opens the pipe of a tenure whose commit is still on its way, as it
+    /// is foreseen to end (`epoch`, the log ending at `last_seq`): its turn
+    /// may run and queue, nothing is sent until the [`Gate`] says the commit
+    /// was made so.
+    pub fn open_held(&self, key: SessionKey, epoch: u64, last_seq: u64) -> (Pipe, Gate) {
+        let pipe = self.open_tenure(key, epoch, last_seq, true);
+        let gate = Gate { tenure: pipe.tenure, tx: self.tx.clone(), said: false };
+        (pipe, gate)
+    }
+
+    fn open_tenure(&self, key: SessionKey, epoch: u64, last_seq: u64, held: bool) -> Pipe {
         let tenure = self.tenures.fetch_add(1, Ordering::Relaxed) + 1;
         let broken = Arc::new(OnceLock::new());
-        let open = Submission::Open { tenure, key, epoch, last_seq, broken: broken.clone() };
+        let open = Submission::Open { tenure, key, epoch, last_seq, held, broken: broken.clone() };
         if !self.streamed.push(open) {
             let _ = broken.set(WriteError::Stopped);
         }
@@ -319,6 +351,43 @@ impl Writer {
     /// was told): from now on its appends are announced.
     pub async fn followed(&self, key: SessionKey) {
         let _ = self.tx.send(Submission::Followed { key }).await;
+    }
+}
+
+/// What holds a held tenure's writes back ([`Writer::open_held`]): released
+/// when its commit was made as foreseen, discarded otherwise. Dropped
+/// without either, it discards.
+pub struct Gate {
+    tenure: Tenure,
+    tx: mpsc::Sender<Submission>,
+    said: bool,
+}
+
+impl Gate {
+    /// The tenure's writes may go.
+    pub async fn release(self) {
+        self.say(true).await;
+    }
+
+    /// Nothing of the tenure is written; its turn's writes fail as fenced.
+    pub async fn discard(self) {
+        self.say(false).await;
+    }
+
+    async fn say(mut self, release: bool) {
+        self.said = true;
+        let tenure = self.tenure;
+        let submission = if release { Submission::Release { tenure } } else { Submission::Discard { tenure } };
+        // A stopped writer sends nothing anyway.
+        let _ = self.tx.send(submission).await;
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if !self.said {
+            let _ = self.tx.try_send(Submission::Discard { tenure: self.tenure });
+        }
     }
 }
 
@@ -402,6 +471,9 @@ struct Queue {
     after_transition: bool,
     /// Another instance follows the session: appends are announced.
     followed: bool,
+    /// The commit that begins the tenure is still on its way: nothing is
+    /// sent ([`Gate`]).
+    held: bool,
     /// An announcement of where the log ends is owed (a follower elsewhere
     /// appeared while nothing was queued).
     announce: bool,
@@ -423,6 +495,7 @@ impl Queue {
     /// step's first streamed event).
     fn ready(&self, now: Instant, linger: Duration) -> Option<Readiness> {
         let sendable = !self.in_flight
+            && !self.held
             && self.broken.get().is_none()
             && (self.attempt.is_some() || !self.items.is_empty() || self.announce)
             && self.retry_at.is_none_or(|at| at <= now)
@@ -592,10 +665,14 @@ impl Task {
 
     fn accept(&mut self, submission: Submission) {
         match submission {
-            Submission::Open { tenure, key, epoch, last_seq, broken } => {
+            Submission::Open { tenure, key, epoch, last_seq, held, broken } => {
                 // A later tenure of a session here: the earlier one's queue
-                // (if any) is fenced by the store anyway.
-                self.tenures.insert(key.clone(), tenure);
+                // (if any) is fenced by the store anyway. A held one is the
+                // session's only once released (its commit may still fail:
+                // a session of that id exists, maybe running here).
+                if !held {
+                    self.tenures.insert(key.clone(), tenure);
+                }
                 self.queues.insert(
                     tenure,
                     Box::new(Queue {
@@ -610,6 +687,7 @@ impl Task {
                         oldest: None,
                         after_transition: true,
                         followed: false,
+                        held,
                         announce: false,
                         failing_since: None,
                         failing_since_ms: 0,
@@ -643,6 +721,22 @@ impl Task {
                     queue.items.push_back(Item::Event(Some(event), permit));
                     self.ready.insert(tenure);
                 }
+            }
+            Submission::Release { tenure } => {
+                if let Some(queue) = self.queues.get_mut(&tenure)
+                    && std::mem::take(&mut queue.held)
+                {
+                    self.tenures.insert(queue.key.clone(), tenure);
+                    self.ready.insert(tenure);
+                }
+            }
+            Submission::Discard { tenure } => {
+                if let Some(queue) = self.queues.get_mut(&tenure)
+                    && queue.held
+                {
+                    queue.break_with(WriteError::Fenced);
+                }
+                self.forget_if_done(tenure);
             }
             Submission::Close { tenure } => {
                 if let Some(queue) = self.queues.get_mut(&tenure) {
@@ -957,6 +1051,7 @@ mod tests {
     struct Fixture {
         store: Store,
         key: SessionKey,
+        writer: Writer,
         pipe: Pipe,
         // Kept for the writer's and the hub's sake.
         _wakes: mpsc::Receiver<super::super::hub::Wake>,
@@ -999,7 +1094,7 @@ mod tests {
             &tasks,
         );
         let pipe = writer.open(key.clone(), 1, 0);
-        Fixture { store, key, pipe, _wakes: wakes, _notices: notices_tx }
+        Fixture { store, key, writer, pipe, _wakes: wakes, _notices: notices_tx }
     }
 
     impl Fixture {
@@ -1056,6 +1151,52 @@ mod tests {
         // event, for the tokens that waited.
         advance(LINGER / 2).await;
         f.committed(&["He", "llo"]).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_tenure_sends_nothing_until_its_gate_is_released() {
+        let f = fixture(Duration::ZERO).await;
+        let (pipe, gate) = f.writer.open_held(f.key.clone(), 1, 0);
+        pipe.emit(text("a")).await.unwrap();
+        let commit = tokio::spawn({
+            let pipe = pipe.clone();
+            async move { pipe.commit(Change { events: vec![text("!")], ..Change::default() }).await }
+        });
+        f.settle().await;
+        advance(Duration::from_secs(1)).await;
+        f.settle().await;
+        assert_eq!(f.texts().await, Vec::<String>::new(), "nothing is sent while the gate holds");
+        assert!(!commit.is_finished(), "the transition waits for the gate");
+
+        gate.release().await;
+        let committed = commit.await.unwrap().expect("the transition commits once released");
+        assert_eq!((committed.epoch, committed.first_seq), (1, 2));
+        f.committed(&["a", "!"]).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_discarded_tenure_writes_nothing_and_its_turn_learns_it_lost_the_session() {
+        let f = fixture(Duration::ZERO).await;
+        let (pipe, gate) = f.writer.open_held(f.key.clone(), 1, 0);
+        pipe.emit(text("a")).await.unwrap();
+        let commit = tokio::spawn({
+            let pipe = pipe.clone();
+            async move { pipe.commit(Change { events: vec![text("!")], ..Change::default() }).await }
+        });
+        f.settle().await;
+        gate.discard().await;
+        assert_eq!(commit.await.unwrap(), Err(WriteError::Fenced), "a waiting transition fails as fenced");
+        f.settle().await;
+        assert_eq!(pipe.emit(text("b")).await, Err(WriteError::Fenced), "later writes fail at once");
+        assert_eq!(f.texts().await, Vec::<String>::new(), "nothing of the tenure was written");
+
+        // A gate dropped without a word discards as well.
+        let (pipe, gate) = f.writer.open_held(f.key.clone(), 1, 0);
+        pipe.emit(text("c")).await.unwrap();
+        drop(gate);
+        f.settle().await;
+        assert_eq!(pipe.broken(), Some(&WriteError::Fenced));
+        assert_eq!(f.texts().await, Vec::<String>::new());
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,6 +18,7 @@ mod cors;
 mod credentials;
 mod dialects;
 mod docs_links;
+mod first_turn;
 mod fuzz;
 mod h2c;
 mod health;
