@@ -79,12 +79,13 @@ async fn a_new_chat_over_an_old_log_of_its_id_is_numbered_after_it() {
     let w = world(1, |_| {}).await;
     let app = &w.apps[0];
     // An old log of the id with its session gone (the session's keys
-    // expire one by one): the creating commit numbers its events after it.
+    // expire one by one), last written in a third tenure: the creating
+    // commit begins a tenure above it and numbers its events after it.
     let client = redis::Client::open(redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let prefix = &app.config.store.key_prefix;
     let stream = format!("{prefix}{{t:acme:s:old-chat}}:events");
-    let _: String = redis::cmd("XADD").arg(&stream).arg("1-7").arg("e").arg("{}").query_async(&mut conn).await.unwrap();
+    let _: String = redis::cmd("XADD").arg(&stream).arg("3-7").arg("e").arg("{}").query_async(&mut conn).await.unwrap();
     w.upstream.push(Reply::new().text(["Hello again."]));
 
     let body = send(app, &w.token, &chat("old-chat", "hi")).await;

@@ -51,7 +51,9 @@
 -- appends (XADD with an explicit id, no script): an acquire moves the
 -- stream's top to "<new epoch>-<seq>" (XSETID, or its first event), after
 -- which Redis refuses every id of an older tenure. Logs of older builds
--- have "0-<seq>" ids, below every tenure's.
+-- have "0-<seq>" ids, below every tenure's. An acquire's epoch is one above
+-- both the state's and the log's top id's (the log of a gone session of the
+-- same id may outlive its state).
 --
 -- Returns {"ok", version, epoch, first seq, last seq, followed elsewhere
 -- (0|1)}; {"duplicate", version, epoch, last seq, followed} for an owner
@@ -72,8 +74,11 @@ local followed = (tonumber(cur[6] or '0') - (cur[7] and 1 or 0) > 0) and 1 or 0
 
 -- The owner's plain appends since the last commit are in the stream only.
 local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local top_ep = 0
 if #top > 0 then
-  local top_seq = tonumber(string.match(top[1][1], '-(%d+)$'))
+  local top_ep_text, top_seq_text = string.match(top[1][1], '^(%d+)-(%d+)$')
+  top_ep = tonumber(top_ep_text)
+  local top_seq = tonumber(top_seq_text)
   if top_seq > seq then seq = top_seq end
 end
 
@@ -109,7 +114,9 @@ local change = ARGV[6]
 local previous = own
 if change == 'acquire' then
   own = ARGV[7]
-  ep = ep + 1
+  -- Above the log's top as well: a log left by a gone session of this id
+  -- (its keys expire one by one) may end in a later tenure's ids.
+  ep = math.max(ep, top_ep) + 1
   cn = 0
 elseif change == 'release' then
   own = ''

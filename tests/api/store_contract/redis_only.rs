@@ -227,6 +227,27 @@ async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
     assert_eq!(load(&store, &k).await.message_count, 1);
 }
 
+#[tokio::test]
+async fn a_session_created_over_an_old_log_of_its_id_begins_its_tenure_above_it() {
+    let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
+    let k = key("acme", "s1");
+    // The log of a gone session of that id, last written in its third
+    // tenure (the session's keys expire one by one).
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let stream = format!("{prefix}{{t:acme:s:s1}}:events");
+    let _: String =
+        redis::cmd("XADD").arg(&stream).arg("3-7").arg("e").arg("old").query_async(&mut conn).await.unwrap();
+
+    let mut create = Commit::new(k.clone(), Fence::Absent, "a#1");
+    create.owner = OwnerChange::Acquire("a#1".into());
+    create.state = state("one", "running");
+    create.events = vec!["e1".into()];
+    let committed = commit_one(&store, create).await.expect("the session is created");
+    assert_eq!((committed.epoch, committed.first_seq, committed.last_seq), (4, 8, 8));
+    assert_eq!(seqs_after(&store, &k, 7, 10).await, [8]);
+}
+
 /// Builds before the bucketed indexes kept one `owned:<instance>` set and
 /// one `orphans` set: a replica of such a build that dies during a rolling
 /// upgrade is still found, taken over and forgotten.
