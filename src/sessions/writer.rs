@@ -474,6 +474,9 @@ struct Queue {
     /// The commit that begins the tenure is still on its way: nothing is
     /// sent ([`Gate`]).
     held: bool,
+    /// Just released: its first streamed event goes alone, as it would
+    /// have gone at once (what the turn streamed meanwhile follows it).
+    first_alone: bool,
     /// An announcement of where the log ends is owed (a follower elsewhere
     /// appeared while nothing was queued).
     announce: bool,
@@ -688,6 +691,7 @@ impl Task {
                         after_transition: true,
                         followed: false,
                         held,
+                        first_alone: false,
                         announce: false,
                         failing_since: None,
                         failing_since_ms: 0,
@@ -726,6 +730,7 @@ impl Task {
                 if let Some(queue) = self.queues.get_mut(&tenure)
                     && std::mem::take(&mut queue.held)
                 {
+                    queue.first_alone = true;
                     self.tenures.insert(queue.key.clone(), tenure);
                     self.ready.insert(tenure);
                 }
@@ -968,12 +973,16 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue) -> (Attempt, SessionWrite) {
     let mut streamed = Vec::with_capacity(queue.items.len());
     let mut change = None;
     let mut items = 0;
+    let alone = std::mem::take(&mut queue.first_alone);
     for item in &mut queue.items {
         items += 1;
         match item {
             Item::Event(event, _) => {
                 if let Some(event) = event.take() {
                     push_coalesced(&mut streamed, event);
+                }
+                if alone {
+                    break;
                 }
             }
             Item::Commit(transition, _) => {
@@ -1158,6 +1167,7 @@ mod tests {
         let f = fixture(Duration::ZERO).await;
         let (pipe, gate) = f.writer.open_held(f.key.clone(), 1, 0);
         pipe.emit(text("a")).await.unwrap();
+        pipe.emit(text("b")).await.unwrap();
         let commit = tokio::spawn({
             let pipe = pipe.clone();
             async move { pipe.commit(Change { events: vec![text("!")], ..Change::default() }).await }
@@ -1170,8 +1180,10 @@ mod tests {
 
         gate.release().await;
         let committed = commit.await.unwrap().expect("the transition commits once released");
-        assert_eq!((committed.epoch, committed.first_seq), (1, 2));
-        f.committed(&["a", "!"]).await;
+        // The first event alone, as it would have gone at once; what
+        // waited behind it together.
+        assert_eq!((committed.epoch, committed.first_seq), (1, 3));
+        f.committed(&["a", "b", "!"]).await;
     }
 
     #[tokio::test(start_paused = true)]
