@@ -39,10 +39,7 @@ impl Sessions {
         message: ChatMessage,
         run: Option<RunInput>,
     ) -> Result<Started, SessionError> {
-        let id_made_here = new.id.is_none();
-        let mut session = Session::new(self.spec(principal, new));
-        tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
-        session.seed(history)?;
+        let (mut session, basis) = self.seeded(principal, new, history)?;
         let declared = match run {
             Some(run) => session.begin_run(run)?,
             None => Vec::new(),
@@ -50,7 +47,23 @@ impl Sessions {
         let mut events = session.start_turn(message, self.request_trace())?;
         events.extend(declared);
         let key = SessionKey::new(principal.tenant.clone(), session.id());
-        self.activate(&key, Basis::New { id_made_here }, session, events, None).await
+        self.activate(&key, basis, session, events, None).await
+    }
+
+    /// A new session of `principal`'s whose conversation is `history`, and
+    /// what its start is committed on (the session is new; its id made here
+    /// unless the client chose it).
+    fn seeded(
+        &self,
+        principal: &Principal,
+        new: NewSession,
+        history: Vec<ChatMessage>,
+    ) -> Result<(Session, Basis<'static>), SessionError> {
+        let basis = Basis::New { id_made_here: new.id.is_none() };
+        let mut session = Session::new(self.spec(principal, new));
+        tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
+        session.seed(history)?;
+        Ok((session, basis))
     }
 
     /// Like [`Sessions::start_conversation`], without a new message: the
@@ -62,12 +75,9 @@ impl Sessions {
         new: NewSession,
         history: Vec<ChatMessage>,
     ) -> Result<Started, SessionError> {
-        let id_made_here = new.id.is_none();
-        let mut session = Session::new(self.spec(principal, new));
-        tracing::Span::current().record(crate::telemetry::attributes::SESSION_ID, session.id());
-        session.seed(history)?;
+        let (mut session, basis) = self.seeded(principal, new, history)?;
         let events = session.start_turn_on_history(self.request_trace())?;
         let key = SessionKey::new(principal.tenant.clone(), session.id());
-        self.activate(&key, Basis::New { id_made_here }, session, events, None).await
+        self.activate(&key, basis, session, events, None).await
     }
 }

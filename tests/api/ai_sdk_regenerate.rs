@@ -16,7 +16,7 @@ use crate::{
     support::{mock_upstream::Reply, runner::ScriptedRunner},
 };
 
-fn user(id: &str, text: &str) -> Value {
+pub(crate) fn user(id: &str, text: &str) -> Value {
     json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]})
 }
 
@@ -34,7 +34,7 @@ fn regenerate(id: &str, messages: Value, message_id: Option<&str>) -> Value {
 }
 
 /// POSTs `body` to the AI SDK chat and reads the stream whole.
-async fn send(app: &TestApp, token: &str, body: &Value) -> String {
+pub(crate) async fn send(app: &TestApp, token: &str, body: &Value) -> String {
     let response = app.post_json("/v1/ai-sdk/chat", Some(token), body).await;
     assert_eq!(response.status(), StatusCode::OK);
     response.text().await.unwrap()

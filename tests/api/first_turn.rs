@@ -14,24 +14,14 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{TestApp, assert_error, redis_url},
+    ai_sdk_regenerate::{send, user},
+    helpers::{assert_error, redis_url},
     orchestrator::world,
     support::mock_upstream::Reply,
 };
 
-fn user(id: &str, text: &str) -> Value {
-    json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]})
-}
-
 fn chat(id: &str, text: &str) -> Value {
     json!({"id": id, "messages": [user("u1", text)], "model": "mock"})
-}
-
-/// POSTs a new AI SDK chat message and reads the stream whole.
-async fn send(app: &TestApp, token: &str, body: &Value) -> String {
-    let response = app.post_json("/v1/ai-sdk/chat", Some(token), body).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    response.text().await.unwrap()
 }
 
 #[tokio::test]
