@@ -172,6 +172,7 @@ impl Sessions {
             flush: config.store.lease_ttl,
             linger: config.store.commit_linger,
             tick: config.store.append_tick,
+            renew_after: writer::renewal(config.store.session_ttl),
         };
         let writer = Writer::start(
             store.clone(),

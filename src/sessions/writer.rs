@@ -27,6 +27,11 @@
 //! fewer appends and client writes per token, each token that much later.
 //! Without one (the default) nothing waits longer than a tick.
 //!
+//! A commit that writes the state or ends the tenure renews the session's
+//! keys' expiry in the store, unless this tenure renewed them less than
+//! [`renewal`] ago (its opening commit, or one of its own): a short turn's
+//! end costs Redis no `PEXPIRE`s.
+//!
 //! Nothing is dropped quietly. A part the store does not answer is sent
 //! again — exactly the same part, so what was applied after all (its answer
 //! lost) is recognised (an append by its id, a commit by its number) and
@@ -137,6 +142,19 @@ pub struct Pacing {
     pub linger: Duration,
     /// The least time between two rounds that carry no urgent item.
     pub tick: Duration,
+    /// How long after a tenure's last renewal of the session's keys its
+    /// commits renew them again ([`renewal`]).
+    pub renew_after: Duration,
+}
+
+/// How long after a renewal of a session's keys (which then expire
+/// `session_ttl` later) a commit leaves their expiry alone: a sixteenth of
+/// the TTL, at most a minute. A short turn's end then costs Redis no
+/// `PEXPIRE`s (its start renewed them moments before), and the keys still
+/// expire no sooner than that much short of `session_ttl` after the last
+/// commit.
+pub fn renewal(session_ttl: Duration) -> Duration {
+    (session_ttl / 16).min(Duration::from_secs(60))
 }
 
 /// When the writer stops: at `shutdown`, after one last attempt at what is
@@ -448,6 +466,8 @@ struct Attempt {
     /// and a queue is held for every session running here, nearly all of
     /// them with nothing to send again.
     unsent: Option<Box<SessionWrite>>,
+    /// When it was made, if its commit renews the session's keys.
+    renews: Option<Instant>,
 }
 
 struct Queue {
@@ -480,6 +500,10 @@ struct Queue {
     /// An announcement of where the log ends is owed (a follower elsewhere
     /// appeared while nothing was queued).
     announce: bool,
+    /// When the session's keys were last renewed, as far as this tenure
+    /// knows (its opening, or a commit of it that renewed them): at or
+    /// before the store did it.
+    renewed: Instant,
     /// When the store first failed the current attempt (and as Unix ms),
     /// when to retry, and when the session's streams were last told.
     failing_since: Option<Instant>,
@@ -693,6 +717,7 @@ impl Task {
                         held,
                         first_alone: false,
                         announce: false,
+                        renewed: Instant::now(),
                         failing_since: None,
                         failing_since_ms: 0,
                         failing_reason: String::new(),
@@ -814,7 +839,8 @@ impl Task {
                 continue;
             }
             let write = if queue.attempt.is_none() {
-                let (attempt, write) = attempt(&self.instance, queue);
+                let renew = now.saturating_duration_since(queue.renewed) >= self.pacing.renew_after;
+                let (attempt, write) = attempt(&self.instance, queue, now, renew);
                 queue.attempt = Some(attempt);
                 queue.oldest = None;
                 queue.announce = false;
@@ -876,6 +902,9 @@ impl Task {
             match result {
                 Ok(wrote) => {
                     let Some(attempt) = queue.attempt.take() else { continue };
+                    if let Some(at) = attempt.renews {
+                        queue.renewed = at;
+                    }
                     if queue.noticed_at.take().is_some() {
                         self.hub.held(&queue.key, None);
                     }
@@ -928,8 +957,16 @@ impl Task {
                     self.hub.refill(&queue.key).await;
                 }
                 Err(CommitError::Store(error)) => {
-                    // Sent again as it was.
+                    // Sent again as it was, except that a late commit renews
+                    // the keys (whether it renews is no part of what makes
+                    // a commit recognisable when its answer was lost; as
+                    // it may have been applied without, the tenure's last
+                    // renewal stays what it knew).
                     if let Some(attempt) = queue.attempt.as_mut() {
+                        let mut write = write;
+                        if let Some(commit) = write.commit.as_mut() {
+                            commit.renew = true;
+                        }
                         attempt.unsent = Some(Box::new(write));
                     }
                     if queue.failing_since.is_none() {
@@ -969,7 +1006,9 @@ impl Task {
 /// as commit `n + 1`. The items' contents move into it (the items stay, to
 /// hold their room and the transition's answer until it is written),
 /// with what goes to the store.
-fn attempt(instance: &Arc<str>, queue: &mut Queue) -> (Attempt, SessionWrite) {
+/// The queue's next part, made at `now`; its commit renews the session's
+/// keys if `renew` (or the store's script finds nothing to renew).
+fn attempt(instance: &Arc<str>, queue: &mut Queue, now: Instant, renew: bool) -> (Attempt, SessionWrite) {
     let mut streamed = Vec::with_capacity(queue.items.len());
     let mut change = None;
     let mut items = 0;
@@ -1019,10 +1058,14 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue) -> (Attempt, SessionWrite) {
         commit.close_relays = change.close_relays;
         commit.clear_cancel = change.clear_cancel;
         commit.workspace = change.workspace;
+        commit.renew = renew;
         committed = change.events;
         commit
     });
-    (Attempt { items, streamed, committed, unsent: None }, SessionWrite { key: queue.key.clone(), append, commit })
+    // The store renews at a commit's state or owner change.
+    let renews = commit.as_ref().is_some_and(|c| c.renew && (c.state.is_some() || c.owner != OwnerChange::Keep));
+    let attempt = Attempt { items, streamed, committed, unsent: None, renews: renews.then_some(now) };
+    (attempt, SessionWrite { key: queue.key.clone(), append, commit })
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -1059,6 +1102,8 @@ mod tests {
 
     struct Fixture {
         store: Store,
+        /// Whether each commit the writer sent may renew the session's keys.
+        renews: Arc<Mutex<Vec<bool>>>,
         key: SessionKey,
         writer: Writer,
         pipe: Pipe,
@@ -1086,12 +1131,16 @@ mod tests {
         let (wakes_tx, wakes) = mpsc::channel(16);
         let hub = EventHub::start(store.clone(), "a#1".into(), notices, wakes_tx, tasks.clone(), shutdown.clone());
         hub.run_here(&key, 1, Vec::new());
+        let renews = Arc::default();
+        let mut store = store;
+        store.sessions = Arc::new(Recording { inner: store.sessions.clone(), renews: Arc::clone(&renews) });
         let pacing = Pacing {
             give_up: Duration::from_secs(10),
             hold_notice: Duration::from_secs(5),
             flush: Duration::from_secs(10),
             linger,
             tick,
+            renew_after: renewal(Duration::from_secs(60)),
         };
         let writer = Writer::start(
             store.clone(),
@@ -1103,7 +1152,46 @@ mod tests {
             &tasks,
         );
         let pipe = writer.open(key.clone(), 1, 0);
-        Fixture { store, key, writer, pipe, _wakes: wakes, _notices: notices_tx }
+        Fixture { store, renews, key, writer, pipe, _wakes: wakes, _notices: notices_tx }
+    }
+
+    /// The memory store, recording whether the writer's commits may renew.
+    struct Recording {
+        inner: Arc<dyn crate::store::SessionStore>,
+        renews: Arc<Mutex<Vec<bool>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::store::SessionStore for Recording {
+        async fn load(&self, key: &SessionKey, history: bool) -> Result<Option<crate::store::Record>, StoreError> {
+            self.inner.load(key, history).await
+        }
+        async fn load_with_tail(
+            &self,
+            key: &SessionKey,
+            limit: usize,
+        ) -> Result<Option<crate::store::Loaded>, StoreError> {
+            self.inner.load_with_tail(key, limit).await
+        }
+        async fn commit(&self, commits: &[Commit]) -> Vec<Result<Committed, CommitError>> {
+            self.inner.commit(commits).await
+        }
+        async fn write(&self, writes: &[SessionWrite]) -> Vec<Result<crate::store::Wrote, CommitError>> {
+            let renews = writes.iter().filter_map(|w| w.commit.as_ref()).map(|c| c.renew);
+            self.renews.lock().unwrap().extend(renews);
+            self.inner.write(writes).await
+        }
+        async fn decide(
+            &self,
+            key: &SessionKey,
+            relay_id: &str,
+            decision: &str,
+        ) -> Result<crate::store::Decided, StoreError> {
+            self.inner.decide(key, relay_id, decision).await
+        }
+        async fn request_cancel(&self, key: &SessionKey) -> Result<crate::store::CancelRequest, StoreError> {
+            self.inner.request_cancel(key).await
+        }
     }
 
     impl Fixture {
@@ -1160,6 +1248,27 @@ mod tests {
         // event, for the tokens that waited.
         advance(LINGER / 2).await;
         f.committed(&["He", "llo"]).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn commits_renew_the_keys_only_once_the_last_renewal_is_old() {
+        let f = fixture(Duration::ZERO).await;
+        let state = || Change { state: Some(StateWrite { doc: "{}".into(), status: "running" }), ..Change::default() };
+        // The tenure just began (its opening commit renewed the keys).
+        f.pipe.commit(state()).await.unwrap();
+        advance(renewal(Duration::from_secs(60)) / 2).await;
+        f.pipe.commit(state()).await.unwrap();
+        // A sixteenth of the TTL after the opening: this one renews, and
+        // the next, at once after it, need not.
+        advance(renewal(Duration::from_secs(60)) / 2).await;
+        f.pipe.commit(state()).await.unwrap();
+        f.pipe.commit(state()).await.unwrap();
+        // Events alone renew nothing: they do not count as a renewal.
+        advance(renewal(Duration::from_secs(60))).await;
+        f.pipe.commit(Change { events: vec![text("x")], ..Change::default() }).await.unwrap();
+        f.pipe.commit(state()).await.unwrap();
+        assert_eq!(*f.renews.lock().unwrap(), [false, false, true, false, true, true]);
+        assert_eq!(renewal(Duration::from_secs(86_400)), Duration::from_secs(60), "at most a minute");
     }
 
     #[tokio::test(start_paused = true)]

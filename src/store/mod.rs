@@ -205,6 +205,12 @@ pub struct Commit {
     pub listing: Option<Listing>,
     /// Files the transition changed (a tool's, or a seed at creation).
     pub workspace: Option<WorkspaceWrite>,
+    /// A commit that writes the state or changes the owner renews the
+    /// session's keys (they expire `store.session_ttl_secs` after it);
+    /// `false` leaves their expiry as it is: the writer's commit of a
+    /// tenure whose keys were renewed moments before (a short turn's end),
+    /// see `sessions/writer.rs`.
+    pub renew: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,6 +243,7 @@ impl Commit {
             by: by.into(),
             listing: None,
             workspace: None,
+            renew: true,
         }
     }
 }

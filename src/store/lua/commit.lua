@@ -19,7 +19,8 @@
 -- ARGV[11] number of messages   ARGV[12] number of events
 -- ARGV[13] number of relays to open   ARGV[14] number of relays to close
 -- ARGV[15] flags: "c" clears the cancel request; "t" marks the start of a
---          turn's stream (ts = the seq before this commit's events)
+--          turn's stream (ts = the seq before this commit's events); "k"
+--          keeps the keys' expiry (the writer renewed them moments before)
 -- ARGV[16] session TTL, ms   ARGV[17] max retained events (exact MAXLEN)
 -- ARGV[18] notice channel    ARGV[19] the writing instance
 -- ARGV[20] blobs written  ARGV[21] manifest entries set
@@ -215,14 +216,19 @@ end
 
 -- The session's keys live as long as it is used. A commit that writes the
 -- document (every transition does, and a turn starts with one) renews
--- them; a commit of streamed events alone need not, within a turn.
-if ARGV[8] ~= '' or change ~= 'keep' then
+-- them, unless its writer renewed them moments before ("k": a short
+-- turn's end, a few microseconds of Redis's time per chat); a commit of
+-- streamed events alone need not, within a turn.
+if (ARGV[8] ~= '' or change ~= 'keep') and not string.find(flags, 'k', 1, true) then
   local ttl = ARGV[16]
   redis.call('PEXPIRE', h, ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  -- A workspace's blobs exist only beside its manifest.
-  if redis.call('PEXPIRE', KEYS[4], ttl) == 1 then redis.call('PEXPIRE', KEYS[5], ttl) end
+  -- A workspace's blobs exist only beside its manifest; a session being
+  -- created has a manifest only if this commit wrote one.
+  if (fence ~= 'absent' or nset > 0) and redis.call('PEXPIRE', KEYS[4], ttl) == 1 then
+    redis.call('PEXPIRE', KEYS[5], ttl)
+  end
 end
 
 -- Followers on the committing instance get the events from memory; those

@@ -109,7 +109,12 @@ impl RedisStore {
             .arg(commit.events.len())
             .arg(commit.open_relays.len())
             .arg(commit.close_relays.len())
-            .arg(format!("{}{}", if commit.clear_cancel { "c" } else { "" }, if commit.turn_start { "t" } else { "" }))
+            .arg(format!(
+                "{}{}{}",
+                if commit.clear_cancel { "c" } else { "" },
+                if commit.turn_start { "t" } else { "" },
+                if commit.renew { "" } else { "k" }
+            ))
             .arg(self.session_ttl_ms)
             .arg(self.max_len)
             .arg(self.keys.channel(&commit.key))
