@@ -52,7 +52,16 @@ impl ListPosition {
     /// As the lists hold it: the time zero-padded to 16 digits, so the text
     /// sorts as the position does.
     pub fn to_member(&self) -> String {
-        format!("{:016}:{}", self.created_ms, self.id)
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(self.created_ms);
+        let mut member = String::with_capacity(17 + self.id.len());
+        for _ in digits.len()..16 {
+            member.push('0');
+        }
+        member.push_str(digits);
+        member.push(':');
+        member.push_str(&self.id);
+        member
     }
 
     pub fn from_member(member: &str) -> Option<Self> {
@@ -147,5 +156,10 @@ mod tests {
         assert_eq!(ListPosition::from_member("0000000000000012:"), None);
         let colon = ListPosition { created_ms: 5, id: "a:b".into() };
         assert_eq!(ListPosition::from_member(&colon.to_member()), Some(colon));
+        // The text stored by earlier builds, which wrote it with `format!`.
+        for created_ms in [0, 7, 1_796_676_198_220, 9_999_999_999_999_999, u64::MAX] {
+            let position = ListPosition { created_ms, id: "s1".into() };
+            assert_eq!(position.to_member(), format!("{created_ms:016}:s1"));
+        }
     }
 }

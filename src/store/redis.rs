@@ -191,14 +191,15 @@ impl Keys {
     }
     /// `instance`'s owned sessions of bucket `bucket`.
     fn owned(&self, instance: &str, bucket: u32) -> String {
-        format!("{}owned:{instance}:{{b{bucket}}}", self.prefix)
+        // Plain copies: two of these are made per chat.
+        [&*self.prefix, "owned:", instance, ":{b", itoa::Buffer::new().format(bucket), "}"].concat()
     }
     fn owned_of(&self, instance: &str, key: &SessionKey) -> String {
         self.owned(instance, Self::bucket(key))
     }
     /// Orphans of bucket `bucket`.
     fn orphans(&self, bucket: u32) -> String {
-        format!("{}orphans:{{b{bucket}}}", self.prefix)
+        [&*self.prefix, "orphans:{b", itoa::Buffer::new().format(bucket), "}"].concat()
     }
     fn orphans_of(&self, key: &SessionKey) -> String {
         self.orphans(Self::bucket(key))
@@ -242,7 +243,7 @@ impl Keys {
     /// What an instance's own channel is named after (scripts append the
     /// instance).
     fn instance_channel_prefix(&self) -> String {
-        format!("{}i:", self.prefix)
+        [&*self.prefix, "i:"].concat()
     }
     /// An instance's own channel: wake-ups for the sessions it runs (a
     /// decision, a cancel, a takeover, a new follower elsewhere), so an

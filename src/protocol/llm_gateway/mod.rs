@@ -120,13 +120,14 @@ impl LlmGatewayEncoder {
     /// The run `agent`'s events belong to (`None` before any event).
     fn run(&self, agent: &AgentRef) -> Option<String> {
         let session = self.session_id.as_ref()?;
+        // Plain copies: a few runs are named per chat.
         let run = match self.turn {
-            Some(turn) => format!("{session}:{turn}"),
+            Some(turn) => [session, ":", itoa::Buffer::new().format(turn)].concat(),
             None => session.clone(),
         };
         Some(match agent.parent_id {
             None => run,
-            Some(_) => format!("{run}:{}", agent.agent_id),
+            Some(_) => [&*run, ":", &agent.agent_id].concat(),
         })
     }
 

@@ -23,8 +23,11 @@ impl RedisStore {
     pub(super) fn list_key(&self, scope: &ListScope) -> String {
         let prefix = &self.keys.prefix;
         match scope {
-            ListScope::Subject { tenant, subject } => format!("{prefix}{{t:{tenant}}}:subj:{subject}:sessions"),
-            ListScope::Tenant(tenant) => format!("{prefix}{{t:{tenant}}}:sessions"),
+            // Plain copies: a new chat's listing makes both.
+            ListScope::Subject { tenant, subject } => {
+                [&**prefix, "{t:", tenant, "}:subj:", subject, ":sessions"].concat()
+            }
+            ListScope::Tenant(tenant) => [&**prefix, "{t:", tenant, "}:sessions"].concat(),
         }
     }
 }

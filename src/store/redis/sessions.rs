@@ -68,8 +68,13 @@ impl RedisStore {
         Ok(Some((record, newest)))
     }
 
-    /// The `commit.lua` invocation of one commit (see the script for ARGV).
-    fn commit_invocation<'a>(&'a self, commit: &'a Commit) -> redis::ScriptInvocation<'a> {
+    /// The `commit.lua` call of one commit (see the script for ARGV), as
+    /// one `EVALSHA` command written straight into its buffer: a
+    /// `ScriptInvocation` would hold each argument in a buffer of its own
+    /// and copy them all again into the command (twice a chat, ≈ 35
+    /// arguments each). A Redis that lost the script answers `NOSCRIPT`,
+    /// and [`RedisStore::round`] loads it and sends the commit again.
+    fn commit_command(&self, commit: &Commit) -> redis::Cmd {
         let (kind, version, epoch, fourth, owner) = match &commit.fence {
             Fence::Absent => ("absent", 0, 0, 0, ""),
             Fence::Unchanged { version, owner, epoch, last_seq } => {
@@ -88,14 +93,27 @@ impl RedisStore {
             MessagesWrite::Append(m) => ("append", m),
             MessagesWrite::Replace(m) => ("replace", m),
         };
-        let mut script = self.scripts.commit.prepare_invoke();
-        script
-            .key(self.keys.state(&commit.key))
-            .key(self.keys.messages(&commit.key))
-            .key(self.keys.events(&commit.key))
-            .key(self.keys.manifest(&commit.key))
-            .key(self.keys.blobs(&commit.key))
-            .arg(kind)
+        let empty = crate::store::WorkspaceWrite::default();
+        let files = commit.workspace.as_ref().unwrap_or(&empty);
+        let mut flags = String::with_capacity(3);
+        for (set, flag) in [(commit.clear_cancel, 'c'), (commit.turn_start, 't'), (!commit.renew, 'k')] {
+            if set {
+                flags.push(flag);
+            }
+        }
+        let texts = messages.iter().chain(&commit.events).chain(&commit.open_relays).chain(&commit.close_relays);
+        // EVALSHA, its hash and key count, the keys, ARGV[1..26], the rest.
+        let files_args = 2 * (files.blobs.len() + files.set.len()) + files.remove.len() + files.drop_blobs.len();
+        let args = 3 + 5 + 26 + texts.clone().count() + files_args;
+        let bytes = 512 + doc.len() + texts.clone().map(String::len).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(args, bytes);
+        cmd.arg("EVALSHA").arg(self.scripts.commit.get_hash()).arg(5);
+        cmd.arg(self.keys.state(&commit.key))
+            .arg(self.keys.messages(&commit.key))
+            .arg(self.keys.events(&commit.key))
+            .arg(self.keys.manifest(&commit.key))
+            .arg(self.keys.blobs(&commit.key));
+        cmd.arg(kind)
             .arg(version)
             .arg(epoch)
             .arg(fourth)
@@ -109,33 +127,26 @@ impl RedisStore {
             .arg(commit.events.len())
             .arg(commit.open_relays.len())
             .arg(commit.close_relays.len())
-            .arg(format!(
-                "{}{}{}",
-                if commit.clear_cancel { "c" } else { "" },
-                if commit.turn_start { "t" } else { "" },
-                if commit.renew { "" } else { "k" }
-            ))
+            .arg(flags)
             .arg(self.session_ttl_ms)
             .arg(self.max_len)
             .arg(self.keys.channel(&commit.key))
             .arg(&commit.by);
-        let empty = crate::store::WorkspaceWrite::default();
-        let files = commit.workspace.as_ref().unwrap_or(&empty);
-        script.arg(files.blobs.len()).arg(files.set.len()).arg(files.remove.len()).arg(files.drop_blobs.len());
-        script.arg(self.publish).arg(self.keys.instance_channel_prefix()).arg(commit.key.to_member());
-        for text in messages.iter().chain(&commit.events).chain(&commit.open_relays).chain(&commit.close_relays) {
-            script.arg(text);
+        cmd.arg(files.blobs.len()).arg(files.set.len()).arg(files.remove.len()).arg(files.drop_blobs.len());
+        cmd.arg(self.publish).arg(self.keys.instance_channel_prefix()).arg(commit.key.to_member());
+        for text in texts {
+            cmd.arg(text);
         }
         for (digest, content) in &files.blobs {
-            script.arg(digest).arg(content.as_ref());
+            cmd.arg(digest).arg(content.as_ref());
         }
         for (path, entry) in &files.set {
-            script.arg(path).arg(entry.encode());
+            cmd.arg(path).arg(entry.encode());
         }
         for text in files.remove.iter().chain(&files.drop_blobs) {
-            script.arg(text);
+            cmd.arg(text);
         }
-        script
+        cmd
     }
 
     /// One batch ([`Spread`]): each part's appends (and their
@@ -183,7 +194,7 @@ impl RedisStore {
                 }
             }
             let Some(commit) = part.commit else { continue };
-            spread.answered_in(group).invoke_script(&self.commit_invocation(commit));
+            spread.answered_in(group).add_command(self.commit_command(commit));
             self.hints(&mut spread, commit);
         }
         let replies = self.send(conn, spread).await?;
