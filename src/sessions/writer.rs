@@ -1005,9 +1005,8 @@ impl Task {
 /// transition, merged and numbered after `queue.seq`, and that transition
 /// as commit `n + 1`. The items' contents move into it (the items stay, to
 /// hold their room and the transition's answer until it is written),
-/// with what goes to the store.
-/// The queue's next part, made at `now`; its commit renews the session's
-/// keys if `renew` (or the store's script finds nothing to renew).
+/// with what goes to the store. Made at `now`; its commit may renew the
+/// session's keys if `renew` ([`Commit::renews`]).
 fn attempt(instance: &Arc<str>, queue: &mut Queue, now: Instant, renew: bool) -> (Attempt, SessionWrite) {
     let mut streamed = Vec::with_capacity(queue.items.len());
     let mut change = None;
@@ -1062,8 +1061,7 @@ fn attempt(instance: &Arc<str>, queue: &mut Queue, now: Instant, renew: bool) ->
         committed = change.events;
         commit
     });
-    // The store renews at a commit's state or owner change.
-    let renews = commit.as_ref().is_some_and(|c| c.renew && (c.state.is_some() || c.owner != OwnerChange::Keep));
+    let renews = commit.as_ref().is_some_and(Commit::renews);
     let attempt = Attempt { items, streamed, committed, unsent: None, renews: renews.then_some(now) };
     (attempt, SessionWrite { key: queue.key.clone(), append, commit })
 }

@@ -207,9 +207,9 @@ pub struct Commit {
     pub workspace: Option<WorkspaceWrite>,
     /// A commit that writes the state or changes the owner renews the
     /// session's keys (they expire `store.session_ttl_secs` after it);
-    /// `false` leaves their expiry as it is: the writer's commit of a
-    /// tenure whose keys were renewed moments before (a short turn's end),
-    /// see `sessions/writer.rs`.
+    /// `false` leaves their expiry as it is (a key the commit makes gets
+    /// one): the writer's commit of a tenure whose keys were renewed
+    /// moments before (a short turn's end), see `sessions/writer.rs`.
     pub renew: bool,
 }
 
@@ -245,6 +245,13 @@ impl Commit {
             workspace: None,
             renew: true,
         }
+    }
+
+    /// Whether it renews the session's keys: it writes the state or
+    /// changes the owner, and is not told to leave the expiry alone
+    /// (`lua/commit.lua` decides the same).
+    pub fn renews(&self) -> bool {
+        self.renew && (self.state.is_some() || self.owner != OwnerChange::Keep)
     }
 }
 

@@ -218,9 +218,11 @@ end
 -- document (every transition does, and a turn starts with one) renews
 -- them, unless its writer renewed them moments before ("k": a short
 -- turn's end, a few microseconds of Redis's time per chat); a commit of
--- streamed events alone need not, within a turn.
+-- streamed events alone need not, within a turn. A key such a commit made
+-- (the conversation replaced or begun, the first file) has no expiry yet:
+-- it gets one (NX) all the same.
+local ttl = ARGV[16]
 if (ARGV[8] ~= '' or change ~= 'keep') and not string.find(flags, 'k', 1, true) then
-  local ttl = ARGV[16]
   redis.call('PEXPIRE', h, ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
@@ -228,6 +230,12 @@ if (ARGV[8] ~= '' or change ~= 'keep') and not string.find(flags, 'k', 1, true) 
   -- created has a manifest only if this commit wrote one.
   if (fence ~= 'absent' or nset > 0) and redis.call('PEXPIRE', KEYS[4], ttl) == 1 then
     redis.call('PEXPIRE', KEYS[5], ttl)
+  end
+else
+  if nmsg > 0 or replace then redis.call('PEXPIRE', KEYS[2], ttl, 'NX') end
+  if nset > 0 or nblob > 0 then
+    redis.call('PEXPIRE', KEYS[4], ttl, 'NX')
+    redis.call('PEXPIRE', KEYS[5], ttl, 'NX')
   end
 end
 

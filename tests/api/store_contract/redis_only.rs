@@ -232,38 +232,59 @@ async fn a_commit_told_not_to_renew_leaves_the_keys_expiry_and_the_next_renews_i
     let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
     let k = key("acme", "s1");
     let mut tenure = create_owned(&store, &k, "a#1").await;
-    // The keys as if renewed long ago: 5 s left of the TTL's 60.
+    // `suffix`'s keys as if renewed long ago: 5 s left of the TTL's 60.
     let client = redis::Client::open(redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    for suffix in ["state", "events"] {
-        let name = format!("{prefix}{{t:{}:s:{}}}:{suffix}", k.tenant, k.id);
-        let _: i64 = redis::cmd("PEXPIRE").arg(name).arg(5_000).query_async(&mut conn).await.unwrap();
-    }
+    let mut age = async |suffixes: &[&str]| {
+        for suffix in suffixes {
+            let name = format!("{prefix}{{t:{}:s:{}}}:{suffix}", k.tenant, k.id);
+            let _: i64 = redis::cmd("PEXPIRE").arg(name).arg(5_000).query_async(&mut conn).await.unwrap();
+        }
+    };
+    age(&["state", "events"]).await;
     let short = |ttl: i64| ttl > 0 && ttl <= 5_000;
     let fresh = |ttl: i64| ttl > 50_000 && ttl <= 60_000;
 
     // A turn's end the writer knows renewed moments before: the document,
-    // messages and events are written, the expiry is left as it was (and
-    // the conversation's new key gets none from it).
+    // messages, events and a file are written, the expiry of the keys there
+    // is left as it was; the keys the commit made (the conversation, the
+    // workspace) get theirs, or they would outlive the session.
     let mut end = tenure.next();
     end.state = state("done", "completed");
     end.messages = MessagesWrite::Append(vec!["m1".into()]);
     end.events = vec!["e1".into()];
+    let content = bytes::Bytes::from_static(b"print(1)\n");
+    let entry = switchboard::workspace::entry_of(&content, 0o644);
+    end.workspace = Some(switchboard::store::WorkspaceWrite {
+        blobs: vec![(entry.digest.clone(), content)],
+        set: vec![("a.py".into(), entry)],
+        ..Default::default()
+    });
     end.owner = OwnerChange::Release;
     end.renew = false;
     commit_one(&store, end).await.unwrap();
-    let [state_ttl, msgs, events, ..] = ttls(&prefix, &k).await[..] else { unreachable!() };
+    let [state_ttl, msgs, events, ws, blobs] = ttls(&prefix, &k).await[..] else { unreachable!() };
     assert!(short(state_ttl) && short(events), "{state_ttl} {events}");
-    assert_eq!(msgs, -1, "no expiry set by a commit that does not renew");
+    assert!(fresh(msgs) && fresh(ws) && fresh(blobs), "new keys expire: {msgs} {ws} {blobs}");
     let record = load(&store, &k).await;
     assert_eq!((record.doc.as_str(), record.owner, record.message_count, record.last_seq), ("done", None, 1, 1));
+
+    // Another that does not renew, on keys that have an expiry: it stays.
+    age(&["msgs", "ws", "blobs"]).await;
+    let mut more = Commit::new(k.clone(), unchanged(&store, &k).await, "a#1");
+    more.state = state("more", "completed");
+    more.messages = MessagesWrite::Append(vec!["m2".into()]);
+    more.renew = false;
+    commit_one(&store, more).await.unwrap();
+    let ttls_now = ttls(&prefix, &k).await;
+    assert!(ttls_now.iter().all(|t| short(*t)), "no expiry renewed: {ttls_now:?}");
 
     // The next commit that may renew does: every key's expiry is the TTL.
     let mut again = Commit::new(k.clone(), unchanged(&store, &k).await, "a#1");
     again.state = state("again", "completed");
     commit_one(&store, again).await.unwrap();
-    let [state_ttl, msgs, events, ..] = ttls(&prefix, &k).await[..] else { unreachable!() };
-    assert!(fresh(state_ttl) && fresh(msgs) && fresh(events), "{state_ttl} {msgs} {events}");
+    let ttls_now = ttls(&prefix, &k).await;
+    assert!(ttls_now.iter().all(|t| fresh(*t)), "every key renewed: {ttls_now:?}");
 }
 
 #[tokio::test]
