@@ -24,7 +24,7 @@ use std::collections::{HashMap, VecDeque};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use reqwest::{RequestBuilder, header::HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
 use super::{
@@ -57,14 +57,11 @@ impl ModelProvider for AnthropicProvider {
         let (model, max_tokens) = self.endpoint.model_and_limit(&request);
         let body = Bytes::from(request_body(&request, model, max_tokens).to_string());
         let model = self.endpoint.served_model(request);
-        let auth = |builder: RequestBuilder, key: Option<&Secret>| {
-            let builder = builder.header("anthropic-version", API_VERSION);
-            match key.and_then(|key| HeaderValue::from_str(key.expose()).ok()) {
-                Some(mut key) => {
-                    key.set_sensitive(true);
-                    builder.header("x-api-key", key)
-                }
-                None => builder,
+        let auth = |headers: &mut HeaderMap, key: Option<&Secret>| {
+            headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+            if let Some(mut key) = key.and_then(|key| HeaderValue::from_str(key.expose()).ok()) {
+                key.set_sensitive(true);
+                headers.insert("x-api-key", key);
             }
         };
         self.endpoint.stream(self.name(), &model, body, auth, EventDecoder::default).await

@@ -7,6 +7,7 @@
 
 mod anthropic;
 mod demo;
+mod http1;
 mod openai;
 mod retry;
 mod sse;

@@ -19,7 +19,7 @@ use std::{
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use reqwest::RequestBuilder;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -50,10 +50,13 @@ impl ModelProvider for OpenAiProvider {
         let (model, max_tokens) = self.endpoint.model_and_limit(&request);
         let body = Bytes::from(request_body(&request, model, max_tokens));
         let model = self.endpoint.served_model(request);
-        // `bearer_auth` marks the header sensitive, so it is never logged.
-        let auth = |builder: RequestBuilder, key: Option<&Secret>| match key {
-            Some(key) => builder.bearer_auth(key.expose()),
-            None => builder,
+        // Marked sensitive, so it is never logged.
+        let auth = |headers: &mut HeaderMap, key: Option<&Secret>| {
+            if let Some(mut value) = key.and_then(|key| HeaderValue::try_from(format!("Bearer {}", key.expose())).ok())
+            {
+                value.set_sensitive(true);
+                headers.insert(AUTHORIZATION, value);
+            }
         };
         self.endpoint.stream(self.name(), &model, body, auth, ChunkDecoder::default).await
     }

@@ -11,22 +11,29 @@
 //! Everything else (other 4xx, malformed streams) fails at once. Once an
 //! event has been yielded nothing is retried: errors arrive in the stream.
 //!
+//! An endpoint at a plain `http://` URL, called over HTTP/1.1 and not
+//! through a proxy, is spoken to over [`http1`]'s connections, read in the
+//! turn's own task; everything else (TLS, h2c, a proxy from the
+//! environment) goes through reqwest.
+//!
 //! This module also maps HTTP statuses and upstream error bodies to
 //! [`ProviderError`]; messages are truncated and never carry the API key.
 
-use std::{borrow::Cow, time::Duration};
+use std::{borrow::Cow, future::Future, time::Duration};
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::Full;
 use reqwest::{
-    RequestBuilder, Response, StatusCode,
-    header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER},
+    StatusCode,
+    header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, RETRY_AFTER},
 };
 use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::{
-    ModelRequest, ModelStream, ProviderError,
-    sse::{Decoder, Pump, describe, timeout_first_byte},
+    ModelRequest, ModelStream, ProviderError, http1,
+    sse::{Body, Decoder, Pump, describe, timeout_first_byte},
 };
 use crate::config::{ModelConfig, Resilience, Secret};
 
@@ -34,6 +41,8 @@ use crate::config::{ModelConfig, Resilience, Secret};
 const MAX_DELAY: Duration = Duration::from_secs(60);
 /// Upstream error messages are cut to this many characters.
 const MAX_MESSAGE_CHARS: usize = 500;
+/// An error answer's body is read up to this many bytes.
+const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// The receive window of an HTTP/2 connection to a model server. Every
 /// streamed token is a small DATA frame; h2 closes a connection
@@ -66,24 +75,105 @@ pub(super) fn client(resilience: &Resilience, http2: bool) -> reqwest::Client {
 /// What an HTTP provider calls: its client, endpoint, model, key and limits.
 /// The providers add only their wire format and their auth headers.
 pub(super) struct Endpoint {
-    client: reqwest::Client,
-    /// Parsed once (a parse per request was ~2 % of a chat's
-    /// instructions); the text when it does not parse, so each request
-    /// fails with reqwest's own error.
-    url: Result<reqwest::Url, String>,
+    transport: Transport,
     model: String,
     api_key: Option<Secret>,
     max_output_tokens: u32,
     resilience: Resilience,
 }
 
+/// How the requests of an [`Endpoint`] travel.
+enum Transport {
+    /// A plain-HTTP/1.1 server reached without a proxy: our connections,
+    /// the request line's target and `Host` made once.
+    Direct { pool: http1::Pool, target: http::Uri, host: HeaderValue },
+    /// Everything else: reqwest (TLS, HTTP/2, proxies from the environment).
+    Client {
+        client: reqwest::Client,
+        /// Parsed once (a parse per request was ~2 % of a chat's
+        /// instructions); the text when it does not parse, so each request
+        /// fails with reqwest's own error.
+        url: Result<reqwest::Url, String>,
+    },
+}
+
+impl Transport {
+    fn new(model: &ModelConfig, url: String) -> Self {
+        match Self::direct(model, &url) {
+            Some(direct) => direct,
+            None => Self::Client {
+                client: client(&model.resilience, model.http2),
+                url: reqwest::Url::parse(&url).map_err(|_| url),
+            },
+        }
+    }
+
+    /// The direct transport, where it serves: `http://`, HTTP/1.1, and no
+    /// proxy the environment would send the request through (reqwest's
+    /// own rule: `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`).
+    fn direct(model: &ModelConfig, url: &str) -> Option<Self> {
+        if model.http2 {
+            return None;
+        }
+        let uri: http::Uri = url.parse().ok()?;
+        let authority = uri.authority()?;
+        if uri.scheme() != Some(&http::uri::Scheme::HTTP)
+            || hyper_util::client::proxy::matcher::Matcher::from_env().intercept(&uri).is_some()
+        {
+            return None;
+        }
+        let address = format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80));
+        let host = HeaderValue::from_str(authority.as_str()).ok()?;
+        let target = uri
+            .path_and_query()
+            .map_or_else(|| http::Uri::from_static("/"), |path| path.as_str().parse().unwrap_or_default());
+        Some(Self::Direct { pool: http1::Pool::new(address, model.resilience.connect_timeout), target, host })
+    }
+
+    /// Sends one request (`headers` and `body`), up to the answer's head.
+    async fn send(&self, headers: &HeaderMap, body: &Bytes) -> Result<Answer, ProviderError> {
+        match self {
+            Self::Direct { pool, target, host } => {
+                let make = || {
+                    let mut request = http::Request::new(Full::new(body.clone()));
+                    *request.method_mut() = http::Method::POST;
+                    *request.uri_mut() = target.clone();
+                    let mut headers = headers.clone();
+                    headers.insert(HOST, host.clone());
+                    *request.headers_mut() = headers;
+                    request
+                };
+                let (head, exchange) = pool.send(make).await.map_err(|error| direct_error(&error))?;
+                let (head, ()) = head.into_parts();
+                Ok(Answer { status: head.status, headers: head.headers, body: Box::pin(exchange) })
+            }
+            Self::Client { client, url } => {
+                let builder = match url {
+                    Ok(url) => client.post(url.clone()),
+                    Err(text) => client.post(text),
+                };
+                let mut response =
+                    builder.headers(headers.clone()).body(body.clone()).send().await.map_err(|e| send_error(&e))?;
+                let (status, headers) = (response.status(), std::mem::take(response.headers_mut()));
+                let body = response.bytes_stream().map_err(|e| -> http1::Error { Box::new(e) });
+                Ok(Answer { status, headers, body: Box::pin(body) })
+            }
+        }
+    }
+}
+
+/// An upstream's answer: its status and headers, and the body to read.
+pub(super) struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Body,
+}
+
 impl Endpoint {
     /// `path` follows the model's base URL (`/chat/completions`, `/messages`).
     pub fn new(model: &ModelConfig, path: &str) -> Self {
-        let url = format!("{}{path}", model.base_url);
         Self {
-            client: client(&model.resilience, model.http2),
-            url: reqwest::Url::parse(&url).map_err(|_| url),
+            transport: Transport::new(model, format!("{}{path}", model.base_url)),
             model: model.model.clone(),
             api_key: model.api_key.clone(),
             max_output_tokens: model.max_output_tokens,
@@ -116,30 +206,23 @@ impl Endpoint {
         provider: &'static str,
         model: &str,
         body: Bytes,
-        auth: impl Fn(RequestBuilder, Option<&Secret>) -> RequestBuilder,
+        auth: impl FnOnce(&mut HeaderMap, Option<&Secret>),
         decoder: impl Fn() -> D,
     ) -> Result<ModelStream, ProviderError> {
-        let request = || {
-            let mut headers = reqwest::header::HeaderMap::new();
-            crate::telemetry::trace::inject_current(&mut headers);
-            let builder = match &self.url {
-                Ok(url) => self.client.post(url.clone()),
-                Err(text) => self.client.post(text),
-            };
-            let builder = builder
-                .headers(headers)
-                .header(CONTENT_TYPE, "application/json")
-                .header(ACCEPT, "text/event-stream")
-                .body(body.clone());
-            auth(builder, self.api_key.as_ref())
-        };
+        let mut headers = HeaderMap::new();
+        crate::telemetry::trace::inject_current(&mut headers);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        auth(&mut headers, self.api_key.as_ref());
         let upstream = Upstream {
             provider,
             model,
             resilience: self.resilience,
             api_key: self.api_key.as_ref().map(Secret::expose),
         };
-        open(&upstream, request, decoder).await
+        // Boxed: the call's future is held for as long as its first event
+        // is awaited, and need not keep room for a request's sending.
+        open(&upstream, || Box::pin(self.transport.send(&headers, &body)), decoder).await
     }
 }
 
@@ -152,18 +235,18 @@ pub(super) struct Upstream<'a> {
     pub api_key: Option<&'a str>,
 }
 
-/// Sends `request()` (built afresh per attempt) until a response yields its
-/// first event, then returns the stream with that event first.
-pub(super) async fn open<D: Decoder>(
+/// Sends `send()` (a request afresh per attempt) until a response yields
+/// its first event, then returns the stream with that event first.
+pub(super) async fn open<D: Decoder, F: Future<Output = Result<Answer, ProviderError>>>(
     upstream: &Upstream<'_>,
-    request: impl Fn() -> RequestBuilder,
+    send: impl Fn() -> F,
     decoder: impl Fn() -> D,
 ) -> Result<ModelStream, ProviderError> {
     let Upstream { provider, model, resilience, .. } = *upstream;
     let mut attempt = 0;
     loop {
         debug!(provider, model, attempt, "upstream request");
-        let error = match attempt_once(upstream, request(), decoder()).await {
+        let error = match attempt_once(upstream, send(), decoder()).await {
             Ok(stream) => return Ok(stream),
             Err(error) => error,
         };
@@ -184,25 +267,27 @@ pub(super) async fn open<D: Decoder>(
 /// One attempt: the response's status, then its first event.
 async fn attempt_once<D: Decoder>(
     upstream: &Upstream<'_>,
-    request: RequestBuilder,
+    send: impl Future<Output = Result<Answer, ProviderError>>,
     decoder: D,
 ) -> Result<ModelStream, ProviderError> {
     let resilience = upstream.resilience;
     let deadline = Instant::now() + resilience.first_byte_timeout;
-    let response = tokio::time::timeout_at(deadline, request.send())
-        .await
-        .map_err(|_| timeout_first_byte())?
-        .map_err(|e| send_error(&e))?;
-    let status = response.status();
+    let answer = tokio::time::timeout_at(deadline, send).await.map_err(|_| timeout_first_byte())??;
+    let status = answer.status;
     debug!(provider = upstream.provider, model = upstream.model, status = status.as_u16(), "upstream answered");
     if !status.is_success() {
-        return Err(error_response(response, deadline, upstream.api_key).await);
+        return Err(error_response(answer, deadline, upstream.api_key).await);
     }
-    if is_json(&response) {
+    if is_json(&answer.headers) {
         // A server that ignored `stream: true`; asking again would not help.
         return Err(ProviderError::Protocol("the upstream answered JSON, not an event stream".into()));
     }
-    let mut pump = Pump::new(response, decoder, deadline, resilience.idle_timeout);
+    let Answer { body, headers, .. } = answer;
+    // The head's values are slices of the connection's read buffer: kept
+    // while a slow model's first event is awaited, they would keep that
+    // buffer from being used again (8 KiB more per waiting call).
+    drop(headers);
+    let mut pump = Pump::new(body, decoder, deadline, resilience.idle_timeout);
     match pump.next().await {
         Some(Ok(first)) => Ok(pump.into_stream(first)),
         Some(Err(error)) => Err(error),
@@ -210,8 +295,8 @@ async fn attempt_once<D: Decoder>(
     }
 }
 
-fn is_json(response: &Response) -> bool {
-    let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+fn is_json(headers: &HeaderMap) -> bool {
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     content_type.is_some_and(|v| v.trim_start().starts_with("application/json"))
 }
 
@@ -238,7 +323,20 @@ pub(super) fn backoff(base: Duration, attempt: u32) -> Duration {
     Duration::from_millis(rand::random_range(0..=millis))
 }
 
-/// A failed `send()`: no response at all.
+/// A failed direct send: no response at all.
+fn direct_error(error: &http1::SendError) -> ProviderError {
+    match error {
+        http1::SendError::ConnectTimeout => ProviderError::Timeout("connect"),
+        http1::SendError::Connect(error) => {
+            ProviderError::Disconnected(format!("connect failed: {}", describe(&**error)))
+        }
+        http1::SendError::Request(error) => {
+            ProviderError::Disconnected(format!("request failed: {}", describe(&**error)))
+        }
+    }
+}
+
+/// A failed reqwest `send()`: no response at all.
 fn send_error(error: &reqwest::Error) -> ProviderError {
     if error.is_timeout() {
         return ProviderError::Timeout("connect");
@@ -248,12 +346,21 @@ fn send_error(error: &reqwest::Error) -> ProviderError {
 }
 
 /// A non-2xx answer, with the upstream's own message when it gave one.
-async fn error_response(response: Response, deadline: Instant, api_key: Option<&str>) -> ProviderError {
-    let status = response.status();
-    let retry_after = retry_after(response.headers());
+async fn error_response(answer: Answer, deadline: Instant, api_key: Option<&str>) -> ProviderError {
+    let retry_after = retry_after(&answer.headers);
     // A slow error body is not worth waiting past the first-byte deadline for.
-    let body = tokio::time::timeout_at(deadline, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
-    http_error(status, retry_after, &body, api_key)
+    let mut text = Vec::new();
+    let mut body = answer.body;
+    let read = async {
+        while let Some(Ok(chunk)) = body.next().await {
+            text.extend_from_slice(&chunk[..chunk.len().min(MAX_ERROR_BODY - text.len())]);
+            if text.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, read).await;
+    http_error(answer.status, retry_after, &String::from_utf8_lossy(&text), api_key)
 }
 
 /// Maps a status and body: 429 is [`ProviderError::RateLimited`], the rest
@@ -268,7 +375,7 @@ pub(super) fn http_error(status: StatusCode, retry_after: Option<u64>, body: &st
 
 /// `Retry-After` in seconds. (The HTTP-date form is rare from model APIs
 /// and treated as absent: the backoff applies instead.)
-pub(super) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<u64> {
     headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
 }
 

@@ -39,7 +39,8 @@ pub(super) trait Decoder: Send + 'static {
     }
 }
 
-type Body = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+/// A response body, whichever transport read it (`retry.rs`).
+pub(super) type Body = Pin<Box<dyn Stream<Item = Result<Bytes, super::http1::Error>> + Send>>;
 
 /// Pulls [`ModelEvent`]s out of one upstream response.
 pub(super) struct Pump<D> {
@@ -62,9 +63,9 @@ pub(super) struct Pump<D> {
 }
 
 impl<D: Decoder> Pump<D> {
-    pub(super) fn new(response: reqwest::Response, decoder: D, first_byte_deadline: Instant, idle: Duration) -> Self {
+    pub(super) fn new(body: Body, decoder: D, first_byte_deadline: Instant, idle: Duration) -> Self {
         Self {
-            body: Box::pin(response.bytes_stream()),
+            body,
             reader: Reader::default(),
             event: Event::default(),
             decoder,
@@ -125,7 +126,7 @@ impl<D: Decoder> Pump<D> {
             };
             match next {
                 Some(Ok(bytes)) => self.reader.feed(&bytes),
-                Some(Err(error)) => return Err(ProviderError::Disconnected(describe(&error))),
+                Some(Err(error)) => return Err(ProviderError::Disconnected(describe(&*error))),
                 None => {
                     self.ended = true;
                     return self.decoder.on_eof(&mut self.pending);
@@ -151,8 +152,9 @@ pub(super) fn timeout_first_byte() -> ProviderError {
 }
 
 /// A transport error with its causes, for logs and `Disconnected`. reqwest
-/// errors name the URL (never a header), so no key can leak through here.
-pub(super) fn describe(error: &reqwest::Error) -> String {
+/// and hyper errors name the URL at most (never a header), so no key can
+/// leak through here.
+pub(super) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

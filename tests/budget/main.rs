@@ -70,12 +70,14 @@ const HELD: usize = 200;
 /// KiB, the budget for held chats brought down to it; 2026-12-07: 19.0–25.2
 /// allocations (more per token when fewer share a round: a loaded machine),
 /// 2.8–3.2 polls, 58.0 KiB once a call waiting for its first event holds
-/// only its body, and the budget for held chats brought down), with a
-/// small margin. A change that raises a figure past its budget either cuts
+/// only its body, and the budget for held chats brought down; then
+/// 2.14–2.24 polls with the model's HTTP/1.1 connection polled by the
+/// turn's task, 24.1–25.8 allocations, 56.5–56.7 KiB: the polls' budget
+/// brought down), with a small margin. A change that raises a figure past its budget either cuts
 /// the cost back or says in its commit why the budget moves.
 const COMMANDS_PER_TOKEN: f64 = 1.2;
 const ALLOCATIONS_PER_TOKEN: f64 = 32.0;
-const POLLS_PER_TOKEN: f64 = 3.2;
+const POLLS_PER_TOKEN: f64 = 2.6;
 const BYTES_PER_HELD_CHAT: f64 = 61.0 * 1024.0;
 
 const SECRET: &str = "budget-secret-budget-secret-budget";
