@@ -16,11 +16,13 @@ use std::{
 const RULES: &[(&str, &[&str])] = &[
     // What a session is: depends on nothing else of the crate.
     ("domain", &[]),
+    // A future adapter (`Polled`): depends on nothing of the crate.
+    ("wake", &[]),
     // Persistence: the domain's types, its own settings, its metrics.
     ("store", &["config", "domain", "telemetry"]),
     // The sessions service: the store and the domain, scoped by the caller
     // (`principal`), never by how callers are authenticated or served.
-    ("sessions", &["config", "domain", "principal", "store", "telemetry"]),
+    ("sessions", &["config", "domain", "principal", "store", "telemetry", "wake"]),
 ];
 
 /// Every top-level module of the crate and the top-level modules each imports.

@@ -58,4 +58,5 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod wake;
 pub mod workspace;

@@ -26,7 +26,7 @@
 
 mod body;
 
-use std::{collections::VecDeque, pin::Pin};
+use std::collections::VecDeque;
 
 use axum::{
     body::Body,
@@ -42,6 +42,7 @@ use crate::{
     sessions::{FollowItem, Follower, Sessions},
     state::AppState,
     telemetry::metrics::StreamGuard,
+    wake::Polled,
 };
 
 /// A follower that is always ready is checked for a drain every this many
@@ -95,8 +96,8 @@ pub fn encode(
         sessions: state.sessions.clone(),
         principal,
         session_id,
-        draining: Box::pin(state.sessions.draining().clone().cancelled_owned()),
-        shutdown: Box::pin(state.shutdown.clone().cancelled_owned()),
+        draining: Polled::new(state.sessions.draining().clone().cancelled_owned()),
+        shutdown: Polled::new(state.shutdown.clone().cancelled_owned()),
         pending: VecDeque::new(),
         taken: 0,
         ended: false,
@@ -123,9 +124,10 @@ struct Encoding {
     session_id: String,
     /// The replica drains, it shuts down: waited for once per stream (a
     /// wait made anew per frame would register with the token, shared by
-    /// every stream, each time).
-    draining: Pin<Box<WaitForCancellationFutureOwned>>,
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// every stream, each time), and polled only once fired (a waiting
+    /// token's future locks the token at each poll).
+    draining: Polled<WaitForCancellationFutureOwned>,
+    shutdown: Polled<WaitForCancellationFutureOwned>,
     /// Frames encoded and not yet sent.
     pending: VecDeque<Frame>,
     /// Items taken from the follower.

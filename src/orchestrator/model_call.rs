@@ -297,9 +297,9 @@ async fn stream(
     // A continued answer starts with the text its clients already have.
     let mut out = StepOutput { text: request.prefill.clone().unwrap_or_default(), ..StepOutput::default() };
     let mut trim_next = out.text.ends_with(char::is_whitespace);
-    // Waited for once per call, not registered anew at every chunk.
-    let cancel = cancelled.cancelled();
-    tokio::pin!(cancel);
+    // Waited for once per call, not registered anew at every chunk, and
+    // polled only once it fired, not at every wait for a chunk.
+    let mut cancel = crate::wake::Polled::new(cancelled.cancelled());
     let mut stream = tokio::select! {
         started = provider.stream(request).instrument(span.clone()) => started?,
         () = &mut cancel => return Err(StepError::Cancelled),

@@ -87,6 +87,7 @@ use crate::{
         StateWrite, Store, StoreError, Wrote,
     },
     telemetry::metrics::Metrics,
+    wake::Polled,
 };
 
 /// Streamed events a session may have waiting for the store.
@@ -611,9 +612,9 @@ impl Task {
     async fn run(mut self, shutdown: CancellationToken, halt: CancellationToken) {
         let _close = CloseOnDrop(self.streamed.clone());
         let mut in_flight: Option<BoxFuture<'static, Round>> = None;
-        // Waited for once, not registered anew at every turn of the loop.
-        let (stopping, halting) = (shutdown.cancelled(), halt.cancelled());
-        tokio::pin!(stopping, halting);
+        // Waited for once, and polled only once they fire, not at every
+        // turn of the loop.
+        let (mut stopping, mut halting) = (Polled::new(shutdown.cancelled()), Polled::new(halt.cancelled()));
         loop {
             self.take_streamed();
             let mut wake = None;
