@@ -1,18 +1,22 @@
-//! [`Polled`]: a future that is polled only once it has been woken.
+//! Wakers that stand between a future and its task.
 //!
-//! A task that waits in a `select!` for something rare (the replica's
-//! drain or shutdown, a session's cancellation) beside something frequent
-//! (the next token) polls every branch at every wake: the rare futures are
+//! [`Polled`]: a future that is polled only once it has been woken. A task
+//! that waits in a `select!` for something rare (the replica's drain or
+//! shutdown, a session's cancellation) beside something frequent (the
+//! next token) polls every branch at every wake: the rare futures are
 //! polled once per token for nothing. A waiting `CancellationToken`
 //! future locks its token's state and its `Notify`'s waiter list at each
 //! of those polls (and the replica-wide tokens are shared by every stream
 //! of the replica). Wrapped in [`Polled`], the inner future is polled
 //! with a waker of its own — so it registers once — and polled again only
 //! after that waker fired; between, a poll costs an atomic swap and a
-//! waker comparison.
+//! waker comparison. This is sound for any future: a future is only ever
+//! owed a poll after it woke its waker.
 //!
-//! This is sound for any future: a future is only ever owed a poll after
-//! it woke its waker.
+//! [`Relay`]: the waker under [`Polled`] and under the model connection's
+//! exchange (`providers/http1.rs`) — it notes each wake and passes it on to
+//! the task, or, while the task [holds](Relay::hold) it (it is polling what
+//! the relay wakes for), only notes it.
 
 use std::{
     future::Future,
@@ -26,37 +30,75 @@ use std::{
 
 use futures::task::AtomicWaker;
 
-/// `inner`, polled at its first poll and then only after it woke.
-pub struct Polled<F> {
-    inner: Pin<Box<F>>,
-    proxy: Arc<Proxy>,
-    waker: Waker,
-    started: bool,
-}
-
-/// The waker the inner future is given: it notes the wake and passes it
-/// on to the task that polled last.
-struct Proxy {
+/// A waker that notes each wake and passes it on to the task that
+/// registered last, except during a [`Relay::hold`].
+pub struct Relay {
     task: AtomicWaker,
     woken: AtomicBool,
+    holding: AtomicBool,
 }
 
-impl Wake for Proxy {
+impl Relay {
+    /// A relay, and the waker that wakes through it.
+    pub fn new() -> (Arc<Self>, Waker) {
+        let relay =
+            Arc::new(Self { task: AtomicWaker::new(), woken: AtomicBool::new(false), holding: AtomicBool::new(false) });
+        let waker = Waker::from(Arc::clone(&relay));
+        (relay, waker)
+    }
+
+    /// The task wakes are passed on to (the one polling now).
+    pub fn register(&self, task: &Waker) {
+        self.task.register(task);
+    }
+
+    /// Whether it was woken since the last look; the note is cleared.
+    pub fn take_woken(&self) -> bool {
+        self.woken.swap(false, Ordering::SeqCst)
+    }
+
+    /// Until [`Relay::release`], wakes are only noted: the task is polling
+    /// what they are for, and looks at the note when it is done.
+    pub fn hold(&self) {
+        self.woken.store(false, Ordering::SeqCst);
+        self.holding.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends a hold: whether a wake came during it (wakes from now on reach
+    /// the task again).
+    pub fn release(&self) -> bool {
+        // Both sides SeqCst: either a wake sees the hold over and wakes the
+        // task, or this sees the wake.
+        self.holding.store(false, Ordering::SeqCst);
+        self.woken.load(Ordering::SeqCst)
+    }
+}
+
+impl Wake for Relay {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::SeqCst);
-        self.task.wake();
+        if !self.holding.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
     }
+}
+
+/// `inner`, polled at its first poll and then only after it woke.
+pub struct Polled<F> {
+    inner: Pin<Box<F>>,
+    relay: Arc<Relay>,
+    waker: Waker,
+    started: bool,
 }
 
 impl<F: Future> Polled<F> {
     pub fn new(inner: F) -> Self {
-        let proxy = Arc::new(Proxy { task: AtomicWaker::new(), woken: AtomicBool::new(false) });
-        let waker = Waker::from(Arc::clone(&proxy));
-        Self { inner: Box::pin(inner), proxy, waker, started: false }
+        let (relay, waker) = Relay::new();
+        Self { inner: Box::pin(inner), relay, waker, started: false }
     }
 }
 
@@ -65,10 +107,10 @@ impl<F: Future> Future for Polled<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        // Registered before the flag is read: a wake after the read reaches
-        // this task; one before it is seen in the flag.
-        this.proxy.task.register(cx.waker());
-        if this.started && !this.proxy.woken.swap(false, Ordering::SeqCst) {
+        // Registered before the note is read: a wake after the read reaches
+        // this task; one before it is in the note.
+        this.relay.register(cx.waker());
+        if this.started && !this.relay.take_woken() {
             return Poll::Pending;
         }
         this.started = true;
@@ -134,18 +176,21 @@ mod tests {
             }
         });
         let mut seen = 0;
-        loop {
-            tokio::select! {
-                Some(()) = ticks.recv() => {
-                    seen += 1;
-                    if seen == 50 {
-                        token.cancel();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                tokio::select! {
+                    Some(()) = ticks.recv() => {
+                        seen += 1;
+                        if seen == 50 {
+                            token.cancel();
+                        }
                     }
+                    () = &mut cancelled => break,
                 }
-                () = &mut cancelled => break,
             }
-        }
-        assert!(seen >= 50);
+        })
+        .await;
+        assert!(waited.is_ok(), "the cancellation was never seen (after {seen} ticks)");
         busy.abort();
     }
 }

@@ -6,9 +6,12 @@
 //! streamed token woke that task, then the turn's, then that task once
 //! more (the body asking for the next chunk). Here the turn polls the
 //! connection itself — hyper's `client::conn::http1`, beside the response
-//! body it feeds — and the wakes the two send each other while it polls
-//! them are acted on in that same poll ([`Nudge`]): a token read from the
-//! model costs the turn's task one poll.
+//! body it feeds. The two wake each other as they hand a chunk over (the
+//! body asks for the next one, the connection delivers it); those wakes,
+//! made while the turn polls them, are acted on in that same poll (a
+//! [`Relay`] held for the poll) rather than sent to the task, which would
+//! be polled once more for nothing (and read the socket once more) at
+//! every token. A token read from the model costs the turn's task one poll.
 //!
 //! A [`Pool`] keeps the connections whose last response was read to its
 //! end, newest first, for at most [`IDLE_FOR`]; a connection the server
@@ -21,19 +24,13 @@ use std::{
     collections::VecDeque,
     future::Future,
     pin::Pin,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
-    task::{Context, Poll, Wake, Waker},
+    sync::{Arc, Mutex},
+    task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
-use futures::{
-    Stream,
-    task::{AtomicWaker, noop_waker_ref},
-};
+use futures::{Stream, task::noop_waker_ref};
 use http_body_util::Full;
 use hyper::{
     Request, Response,
@@ -43,12 +40,12 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::sse::BodyError as Error;
+use crate::wake::Relay;
+
 /// How long an idle connection is kept: below the usual servers' idle
 /// limits (uvicorn 5 s aside, which the check at taking covers).
 const IDLE_FOR: Duration = Duration::from_secs(60);
-
-/// An error of a connection or of the body read from it.
-pub(super) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// One HTTP/1.1 connection: what sends on it, and what drives it.
 struct Link {
@@ -89,23 +86,23 @@ impl Pool {
     pub async fn send(&self, make: impl Fn() -> Request<Full<Bytes>>) -> Result<(Response<()>, Exchange), SendError> {
         if let Some(link) = self.inner.take_idle() {
             match exchange(link, make()).await {
-                Ok(answer) => return Ok(self.answer(answer)),
                 // The server closed it as the request went out: once more, anew.
                 Err(ExchangeError { retry_anew: true, .. }) => {}
-                Err(ExchangeError { error, .. }) => return Err(SendError::Request(error)),
+                result => return self.answer(result),
             }
         }
         let link = self.inner.connect().await?;
-        match exchange(link, make()).await {
-            Ok(answer) => Ok(self.answer(answer)),
-            Err(ExchangeError { error, .. }) => Err(SendError::Request(error)),
-        }
+        self.answer(exchange(link, make()).await)
     }
 
-    fn answer(&self, (response, link): (Response<Incoming>, Link)) -> (Response<()>, Exchange) {
+    /// An exchange's result: the answer's head, and its body to read.
+    fn answer(
+        &self,
+        result: Result<(Response<Incoming>, Link), ExchangeError>,
+    ) -> Result<(Response<()>, Exchange), SendError> {
+        let (response, link) = result.map_err(|e| SendError::Request(e.error))?;
         let (parts, body) = response.into_parts();
-        let exchange = Exchange::new(link, body, Arc::clone(&self.inner));
-        (Response::from_parts(parts, ()), exchange)
+        Ok((Response::from_parts(parts, ()), Exchange::new(link, body, Arc::clone(&self.inner))))
     }
 
     /// Idle connections held now (for tests).
@@ -208,8 +205,9 @@ async fn exchange(mut link: Link, request: Request<Full<Bytes>>) -> Result<(Resp
 pub(super) struct Exchange {
     parts: Parts,
     pool: Arc<Inner>,
-    /// What the connection and the body are polled with, and as a waker.
-    nudge: Arc<Nudge>,
+    /// What the connection and the body are polled with: wakes from the
+    /// socket reach the task, those between the two are seen in the poll.
+    relay: Arc<Relay>,
     waker: Waker,
     /// Whether the last poll gave a chunk, and a chunk held back: chunks
     /// already here in a burst are given one per wake of the task (see
@@ -225,46 +223,13 @@ struct Parts {
     ended: bool,
 }
 
-/// The waker the connection and its body are polled with. The two wake
-/// each other as they hand a chunk over (the body asks for the next one,
-/// the connection delivers it); those wakes, made while the exchange polls
-/// them, are remembered and acted on in the same poll rather than sent to
-/// the task, which would be polled once more for nothing (and try one more
-/// read of the socket) at every token. Wakes from elsewhere (the socket)
-/// reach the task.
-struct Nudge {
-    task: AtomicWaker,
-    polling: AtomicBool,
-    woken: AtomicBool,
-}
-
-impl Wake for Nudge {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        // Both sides SeqCst: either this sees the poll over and wakes the
-        // task, or the poll sees `woken` and polls again.
-        self.woken.store(true, Ordering::SeqCst);
-        if !self.polling.load(Ordering::SeqCst) {
-            self.task.wake();
-        }
-    }
-}
-
 /// Passes over the connection and body within one poll, at most.
 const PASSES: usize = 4;
 
 impl Exchange {
     fn new(link: Link, body: Incoming, pool: Arc<Inner>) -> Self {
-        let nudge = Arc::new(Nudge {
-            task: AtomicWaker::new(),
-            polling: AtomicBool::new(false),
-            woken: AtomicBool::new(false),
-        });
-        let waker = Waker::from(Arc::clone(&nudge));
-        Self { parts: Parts { link: Some(link), body, ended: false }, pool, nudge, waker, gave: false, held: None }
+        let (relay, waker) = Relay::new();
+        Self { parts: Parts { link: Some(link), body, ended: false }, pool, relay, waker, gave: false, held: None }
     }
 }
 
@@ -333,16 +298,15 @@ impl Exchange {
     /// The connection and the body polled until a chunk, the end, or both
     /// wait for something outside this task.
     fn poll_parts(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Error>>> {
-        self.nudge.task.register(cx.waker());
+        self.relay.register(cx.waker());
         let mut inner = Context::from_waker(&self.waker);
         for _ in 0..PASSES {
-            self.nudge.woken.store(false, Ordering::SeqCst);
-            self.nudge.polling.store(true, Ordering::SeqCst);
+            self.relay.hold();
             let poll = self.parts.poll_once(&mut inner);
-            self.nudge.polling.store(false, Ordering::SeqCst);
+            let woken = self.relay.release();
             // A chunk in hand: what the pass woke is seen to at the next
             // poll, which always begins with the connection.
-            if poll.is_ready() || !self.nudge.woken.load(Ordering::SeqCst) {
+            if poll.is_ready() || !woken {
                 return poll;
             }
         }
@@ -379,6 +343,11 @@ impl Drop for Exchange {
 
 #[cfg(test)]
 mod tests {
+    use std::{
+        sync::atomic::{AtomicUsize, Ordering},
+        task::Wake,
+    };
+
     use futures::StreamExt;
     use tokio::{
         io::{AsyncReadExt, AsyncWriteExt},
@@ -556,7 +525,7 @@ mod tests {
     }
 
     /// Counts the wakes it is given.
-    struct Wakes(std::sync::atomic::AtomicUsize);
+    struct Wakes(AtomicUsize);
 
     impl Wake for Wakes {
         fn wake(self: Arc<Self>) {
@@ -578,7 +547,7 @@ mod tests {
         });
         let (_, mut exchange) = pool.send(request).await.unwrap();
         assert_eq!(exchange.next().await.unwrap().unwrap(), "c1");
-        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&wakes));
         let mut cx = Context::from_waker(&waker);
         let mut poll = || Pin::new(&mut exchange).poll_next(&mut cx).map(|chunk| chunk.map(Result::unwrap));

@@ -33,7 +33,7 @@ use tracing::{debug, info};
 
 use super::{
     ModelRequest, ModelStream, ProviderError, http1,
-    sse::{Body, Decoder, Pump, describe, timeout_first_byte},
+    sse::{Body, BodyError, Decoder, Pump, describe, timeout_first_byte},
 };
 use crate::config::{ModelConfig, Resilience, Secret};
 
@@ -124,9 +124,7 @@ impl Transport {
         }
         let address = format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80));
         let host = HeaderValue::from_str(authority.as_str()).ok()?;
-        let target = uri
-            .path_and_query()
-            .map_or_else(|| http::Uri::from_static("/"), |path| path.as_str().parse().unwrap_or_default());
+        let target = uri.path_and_query().cloned().map_or_else(|| http::Uri::from_static("/"), http::Uri::from);
         Some(Self::Direct { pool: http1::Pool::new(address, model.resilience.connect_timeout), target, host })
     }
 
@@ -155,7 +153,7 @@ impl Transport {
                 let mut response =
                     builder.headers(headers.clone()).body(body.clone()).send().await.map_err(|e| send_error(&e))?;
                 let (status, headers) = (response.status(), std::mem::take(response.headers_mut()));
-                let body = response.bytes_stream().map_err(|e| -> http1::Error { Box::new(e) });
+                let body = response.bytes_stream().map_err(|e| -> BodyError { Box::new(e) });
                 Ok(Answer { status, headers, body: Box::pin(body) })
             }
         }

@@ -40,7 +40,9 @@ pub(super) trait Decoder: Send + 'static {
 }
 
 /// A response body, whichever transport read it (`retry.rs`).
-pub(super) type Body = Pin<Box<dyn Stream<Item = Result<Bytes, super::http1::Error>> + Send>>;
+pub(super) type Body = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
+/// An error of the connection or of the body read from it.
+pub(super) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Pulls [`ModelEvent`]s out of one upstream response.
 pub(super) struct Pump<D> {

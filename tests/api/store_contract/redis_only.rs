@@ -183,10 +183,25 @@ async fn ttls(prefix: &str, key: &SessionKey) -> Vec<i64> {
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let mut out = Vec::new();
     for suffix in ["state", "msgs", "events", "ws", "blobs"] {
-        let name = format!("{prefix}{{t:{}:s:{}}}:{suffix}", key.tenant, key.id);
-        out.push(redis::cmd("PTTL").arg(name).query_async(&mut conn).await.unwrap());
+        out.push(redis::cmd("PTTL").arg(session_key(prefix, key, suffix)).query_async(&mut conn).await.unwrap());
     }
     out
+}
+
+/// The Redis key of `key`'s `suffix` (`state`, `msgs`, `events`, `ws`, `blobs`).
+fn session_key(prefix: &str, key: &SessionKey, suffix: &str) -> String {
+    format!("{prefix}{{t:{}:s:{}}}:{suffix}", key.tenant, key.id)
+}
+
+/// A workspace write of one new file.
+fn one_file() -> switchboard::store::WorkspaceWrite {
+    let content = bytes::Bytes::from_static(b"print(1)\n");
+    let entry = switchboard::workspace::entry_of(&content, 0o644);
+    switchboard::store::WorkspaceWrite {
+        blobs: vec![(entry.digest.clone(), content)],
+        set: vec![("a.py".into(), entry)],
+        ..Default::default()
+    }
 }
 
 #[tokio::test]
@@ -206,13 +221,7 @@ async fn a_commit_that_writes_the_document_renews_every_key_the_session_has() {
     with_file.state = state("two", "running");
     with_file.messages = MessagesWrite::Append(vec!["m1".into(), "m2".into()]);
     with_file.events = vec!["e1".into()];
-    let content = bytes::Bytes::from_static(b"print(1)\n");
-    let entry = switchboard::workspace::entry_of(&content, 0o644);
-    with_file.workspace = Some(switchboard::store::WorkspaceWrite {
-        blobs: vec![(entry.digest.clone(), content)],
-        set: vec![("a.py".into(), entry)],
-        ..Default::default()
-    });
+    with_file.workspace = Some(one_file());
     commit_one(&store, with_file).await.unwrap();
     let ttls = ttls(&prefix, &k).await;
     assert!(ttls.iter().all(|t| fresh(*t)), "every key of the session renewed: {ttls:?}");
@@ -237,7 +246,7 @@ async fn a_commit_told_not_to_renew_leaves_the_keys_expiry_and_the_next_renews_i
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let mut age = async |suffixes: &[&str]| {
         for suffix in suffixes {
-            let name = format!("{prefix}{{t:{}:s:{}}}:{suffix}", k.tenant, k.id);
+            let name = session_key(&prefix, &k, suffix);
             let _: i64 = redis::cmd("PEXPIRE").arg(name).arg(5_000).query_async(&mut conn).await.unwrap();
         }
     };
@@ -253,13 +262,7 @@ async fn a_commit_told_not_to_renew_leaves_the_keys_expiry_and_the_next_renews_i
     end.state = state("done", "completed");
     end.messages = MessagesWrite::Append(vec!["m1".into()]);
     end.events = vec!["e1".into()];
-    let content = bytes::Bytes::from_static(b"print(1)\n");
-    let entry = switchboard::workspace::entry_of(&content, 0o644);
-    end.workspace = Some(switchboard::store::WorkspaceWrite {
-        blobs: vec![(entry.digest.clone(), content)],
-        set: vec![("a.py".into(), entry)],
-        ..Default::default()
-    });
+    end.workspace = Some(one_file());
     end.owner = OwnerChange::Release;
     end.renew = false;
     commit_one(&store, end).await.unwrap();
