@@ -28,6 +28,9 @@ pub struct ModelConfig {
     pub alias: String,
     pub provider: ProviderKind,
     pub base_url: String,
+    /// The host `base_url` names: its calls' `server.address` (parsed
+    /// here once, not at every call).
+    pub server_address: String,
     /// The provider's model id (what is sent upstream).
     pub model: String,
     pub api_key: Option<Secret>,
@@ -141,6 +144,7 @@ mod tests {
             alias: alias.into(),
             provider: ProviderKind::OpenAiCompatible,
             base_url: "http://x".into(),
+            server_address: "x".into(),
             model: upstream.into(),
             api_key: None,
             context_window: 1000,

@@ -231,7 +231,7 @@ async fn measured(
         { attr::GEN_AI_REQUEST_MAX_TOKENS } = i64::from(request.max_output_tokens),
         { attr::GEN_AI_CONVERSATION_ID } = call.session_id,
         { attr::GEN_AI_AGENT_ID } = agent_id,
-        { attr::SERVER_ADDRESS } = server_address(&model.base_url),
+        { attr::SERVER_ADDRESS } = model.server_address.as_str(),
         { attr::GEN_AI_RESPONSE_MODEL } = tracing::field::Empty,
         { attr::GEN_AI_USAGE_INPUT_TOKENS } = tracing::field::Empty,
         { attr::GEN_AI_USAGE_OUTPUT_TOKENS } = tracing::field::Empty,
@@ -267,11 +267,6 @@ async fn measured(
     call.metrics.model_call_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
     call.upstream.add(started.elapsed());
     result.map(|(out, _)| out)
-}
-
-/// The host of a provider URL (`server.address`).
-fn server_address(base_url: &str) -> String {
-    reqwest::Url::parse(base_url).ok().and_then(|url| url.host_str().map(str::to_string)).unwrap_or_default()
 }
 
 async fn stream(

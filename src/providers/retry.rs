@@ -473,6 +473,7 @@ mod tests {
             alias: "fast".into(),
             provider: crate::config::ProviderKind::OpenAiCompatible,
             base_url: "http://127.0.0.1:9".into(),
+            server_address: "127.0.0.1".into(),
             model: "configured".into(),
             api_key: None,
             context_window: 1000,

@@ -74,7 +74,8 @@ impl Sessions {
         }
         let (fence, id_made_here) = match basis {
             Basis::Existing(record) => (fence_of(record), false),
-            Basis::New { id_made_here } => (Fence::Absent, id_made_here),
+            Basis::New { id_made_here: true } => (Fence::New, true),
+            Basis::New { id_made_here: false } => (Fence::Absent, false),
         };
         let draining = self.inner.drain.is_cancelled();
         let (mut commit, stamped) = self.stamped_commit(key, fence, &session, &events)?;
@@ -163,7 +164,7 @@ impl Sessions {
     ) -> Result<(Commit, Vec<Event>), SessionError> {
         self.observe(events);
         let mut commit = Commit::new(key.clone(), fence, self.instance());
-        if commit.fence == Fence::Absent {
+        if commit.fence.creates() {
             commit.listing = Some(listing(session));
         }
         commit.state = Some(state_write(session)?);

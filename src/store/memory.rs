@@ -200,8 +200,8 @@ impl MemoryStore {
         {
             let current = inner.sessions.get(&commit.key);
             match (&commit.fence, current) {
-                (Fence::Absent, Some(_)) => return Err(CommitError::Conflict(Conflict::Exists)),
-                (Fence::Absent, None) => {}
+                (Fence::Absent | Fence::New, Some(_)) => return Err(CommitError::Conflict(Conflict::Exists)),
+                (Fence::Absent | Fence::New, None) => {}
                 (Fence::Unchanged { version, owner, epoch, last_seq }, Some(s)) => {
                     let same_owner = owner.as_deref().unwrap_or("") == s.owner;
                     if s.version != *version || s.epoch != *epoch || s.last_seq != *last_seq || !same_owner {

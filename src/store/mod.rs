@@ -142,6 +142,11 @@ pub struct Loaded {
 pub enum Fence {
     /// The session must not exist (create).
     Absent,
+    /// A session whose id the creating replica made (a random UUID no one
+    /// held before this commit): it cannot exist, so a store may write it
+    /// without reading first (the Redis store sends plain commands in one
+    /// `MULTI` instead of the commit script); otherwise as `Absent`.
+    New,
     /// Nothing changed since it was read: same version, owner, epoch and
     /// last seq (a command from a request, a takeover).
     Unchanged { version: u64, owner: Option<String>, epoch: u64, last_seq: u64 },
@@ -153,6 +158,13 @@ pub enum Fence {
     /// same round did not land) refuses the commit for now
     /// ([`StoreError::Unavailable`]: the round is sent again).
     Owner { instance: String, epoch: u64, n: u64, after: u64 },
+}
+
+impl Fence {
+    /// Whether the commit creates the session.
+    pub fn creates(&self) -> bool {
+        matches!(self, Fence::Absent | Fence::New)
+    }
 }
 
 /// What a commit does to the session's owner.

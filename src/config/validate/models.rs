@@ -109,6 +109,10 @@ pub(super) fn validate_model(
     Some(ModelConfig {
         alias: alias.to_string(),
         provider,
+        server_address: reqwest::Url::parse(&base_url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_string))
+            .unwrap_or_default(),
         base_url,
         model,
         api_key,

@@ -76,7 +76,7 @@ impl RedisStore {
     /// and [`RedisStore::round`] loads it and sends the commit again.
     fn commit_command(&self, commit: &Commit) -> redis::Cmd {
         let (kind, version, epoch, fourth, owner) = match &commit.fence {
-            Fence::Absent => ("absent", 0, 0, 0, ""),
+            Fence::Absent | Fence::New => ("absent", 0, 0, 0, ""),
             Fence::Unchanged { version, owner, epoch, last_seq } => {
                 ("unchanged", *version, *epoch, *last_seq, owner.as_deref().unwrap_or(""))
             }
@@ -194,7 +194,18 @@ impl RedisStore {
                 }
             }
             let Some(commit) = part.commit else { continue };
-            spread.answered_in(group).add_command(self.commit_command(commit));
+            match self.creation(commit) {
+                Some(commands) => {
+                    spread.answered_in(group).cmd("MULTI");
+                    for command in commands {
+                        spread.answered_in(group).add_command(command);
+                    }
+                    spread.answered_in(group).cmd("EXEC");
+                }
+                None => {
+                    spread.answered_in(group).add_command(self.commit_command(commit));
+                }
+            }
             self.hints(&mut spread, commit);
         }
         let replies = self.send(conn, spread).await?;
@@ -205,7 +216,10 @@ impl RedisStore {
             let announced = usize::from(part.append.is_some_and(|a| a.announce) && part.commit.is_none());
             let appends: Vec<_> = replies.by_ref().take(appended).collect();
             let _announcement = replies.by_ref().take(announced).count();
-            let commit = part.commit.map(|_| replies.next().expect("a reply per command"));
+            let commit = part.commit.map(|commit| match self.creation_size(commit) {
+                Some(queued) => created(replies.by_ref().take(queued + 2), commit),
+                None => replies.next().expect("a reply per command"),
+            });
             out.push(Replies { appends, commit });
         }
         let wrote =
@@ -215,6 +229,91 @@ impl RedisStore {
             self.replicated(conn, &written, "commit").await?;
         }
         Ok(out)
+    }
+
+    /// A creating commit of a session whose id was made here
+    /// ([`Fence::New`]), as the plain commands it comes to, for one `MULTI`
+    /// … `EXEC`: the session cannot exist, so the commit script's reads and
+    /// checks have nothing to find, and its writes are cheaper sent as
+    /// commands (the script's invocation and each `redis.call` cost Redis
+    /// more than the commands themselves: `load-tests/commit_cost.py`).
+    /// What it writes is what the script writes for such a commit: the
+    /// state hash of tenure 1 (commit number 0), the conversation, the
+    /// events `1-1` … `1-n`, the keys' expiry. `None` for any other
+    /// commit, and for a creation the script must write (no events, files,
+    /// a release while draining): those go through the script.
+    fn creation(&self, commit: &Commit) -> Option<Vec<redis::Cmd>> {
+        self.creation_size(commit)?;
+        let (OwnerChange::Acquire(owner), Some(state)) = (&commit.owner, &commit.state) else { return None };
+        let messages: Option<&[String]> = match &commit.messages {
+            MessagesWrite::Keep => None,
+            MessagesWrite::Append(m) if m.is_empty() => None,
+            MessagesWrite::Append(m) | MessagesWrite::Replace(m) => Some(m),
+        };
+        let (state_key, messages_key, events_key) =
+            (self.keys.state(&commit.key), self.keys.messages(&commit.key), self.keys.events(&commit.key));
+        let last = commit.events.len() as u64;
+        let mut commands = Vec::with_capacity(commit.events.len() + 5);
+        let mut id = String::new();
+        // Each command sized up front (growing them was most of the cost).
+        for (i, event) in commit.events.iter().enumerate() {
+            entry_id(&mut id, FIRST_EPOCH, i as u64 + 1);
+            let mut xadd = redis::Cmd::with_capacity(7, events_key.len() + id.len() + event.len() + 32);
+            xadd.arg("XADD").arg(&events_key).arg("MAXLEN").arg(self.max_len).arg(&id).arg("e").arg(event);
+            commands.push(xadd);
+        }
+        let fields = 13 + commit.open_relays.len();
+        let relay_bytes: usize = commit.open_relays.iter().map(|r| r.len() + 3).sum();
+        let mut hset = redis::Cmd::with_capacity(2 + 2 * fields, state_key.len() + state.doc.len() + relay_bytes + 160);
+        hset.arg("HSET").arg(&state_key);
+        hset.arg("v").arg(1).arg("doc").arg(&state.doc).arg("st").arg(state.status);
+        hset.arg("own").arg(owner).arg("lo").arg(owner).arg("ep").arg(FIRST_EPOCH).arg("cn").arg(0);
+        hset.arg("seq").arg(last).arg("ck").arg(last);
+        hset.arg("eps").arg(FIRST_TENURE);
+        if commit.turn_start {
+            hset.arg("ts").arg(0);
+        }
+        if let Some(messages) = messages {
+            hset.arg("nm").arg(messages.len());
+        }
+        for relay in &commit.open_relays {
+            hset.arg(format!("r:{relay}")).arg("1");
+        }
+        commands.push(hset);
+        let expire = |key: &str| {
+            let mut pexpire = redis::Cmd::with_capacity(3, key.len() + 28);
+            pexpire.arg("PEXPIRE").arg(key).arg(self.session_ttl_ms);
+            pexpire
+        };
+        commands.push(expire(&state_key));
+        commands.push(expire(&events_key));
+        if let Some(messages) = messages.filter(|m| !m.is_empty()) {
+            let bytes = messages_key.len() + messages.iter().map(String::len).sum::<usize>() + 5;
+            let mut rpush = redis::Cmd::with_capacity(2 + messages.len(), bytes);
+            rpush.arg("RPUSH").arg(&messages_key).arg(messages);
+            commands.push(rpush);
+            commands.push(expire(&messages_key));
+        }
+        debug_assert_eq!(Some(commands.len()), self.creation_size(commit));
+        Some(commands)
+    }
+
+    /// How many commands [`RedisStore::creation`] makes of `commit`, if
+    /// it makes any.
+    fn creation_size(&self, commit: &Commit) -> Option<usize> {
+        let plain = commit.fence == Fence::New
+            && matches!(commit.owner, OwnerChange::Acquire(_))
+            && commit.state.is_some()
+            && !commit.events.is_empty()
+            && commit.workspace.is_none()
+            && commit.close_relays.is_empty()
+            && !commit.clear_cancel
+            && commit.renew;
+        let messages = match &commit.messages {
+            MessagesWrite::Keep => 0,
+            MessagesWrite::Append(m) | MessagesWrite::Replace(m) => m.len(),
+        };
+        plain.then(|| commit.events.len() + 3 + if messages > 0 { 2 } else { 0 })
     }
 
     /// The ownership index commands `commit` implies, as hints.
@@ -239,7 +338,7 @@ impl RedisStore {
                     .arg(self.keys.owned_of(instance, &commit.key))
                     .arg(&member);
                 // A session being created was never an orphan.
-                if commit.fence != Fence::Absent {
+                if !commit.fence.creates() {
                     spread.hint().cmd("SREM").arg(self.keys.orphans_of(&commit.key)).arg(&member);
                 }
             }
@@ -561,6 +660,43 @@ fn outcome(reply: redis::RedisResult<Value>, commit: &Commit) -> Result<Committe
         other => Err(corrupt(other)),
     }
 }
+
+/// The replies of a creation's `MULTI`, its queued commands and `EXEC`
+/// ([`RedisStore::creation`]) as the commit script would have answered:
+/// made as foreseen, or the first error.
+fn created(replies: impl Iterator<Item = redis::RedisResult<Value>>, commit: &Commit) -> redis::RedisResult<Value> {
+    // `MULTI`'s answer, each command's `QUEUED`, then `EXEC`'s: the first
+    // error stands (the iterator is consumed whole either way).
+    let mut exec = Ok(Value::Nil);
+    for reply in replies {
+        if exec.is_ok() {
+            exec = reply;
+        }
+    }
+    let Value::Array(results) = exec? else {
+        return Err(RedisError::from((ErrorKind::Io, "a creation's transaction was not run")));
+    };
+    if let Some(error) = results.into_iter().find_map(|r| r.extract_error().err()) {
+        return Err(error);
+    }
+    let last = commit.events.len() as i64;
+    Ok(Value::Array(vec![
+        Value::SimpleString("ok".into()),
+        Value::Int(1),
+        Value::Int(FIRST_EPOCH as i64),
+        Value::Int(1),
+        Value::Int(last),
+        Value::Int(0),
+    ]))
+}
+
+/// The tenure a session's creation begins (`lua/commit.lua`: one above
+/// nothing).
+const FIRST_EPOCH: u64 = 1;
+
+/// The state's `eps` of a session created in [`FIRST_EPOCH`]: that tenure's
+/// entries begin at seq 1 (see `lua/commit.lua`).
+const FIRST_TENURE: &str = "1:1;";
 
 /// The state hash (and conversation) as a [`Record`].
 fn record(mut fields: HashMap<String, String>, messages: Option<Vec<String>>) -> Result<Record, StoreError> {

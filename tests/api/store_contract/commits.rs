@@ -8,6 +8,7 @@ contract!(
     a_created_session_loads_back_with_its_owner_and_tenure,
     a_missing_session_loads_as_nothing,
     creating_an_existing_session_is_refused_and_changes_nothing,
+    a_session_whose_id_was_made_here_reads_back_as_any_created_one,
     a_commit_writes_state_messages_and_events_together,
     loading_without_history_leaves_the_messages_out,
     a_replace_rewrites_the_conversation,
@@ -53,6 +54,31 @@ async fn creating_an_existing_session_is_refused_and_changes_nothing(backend: Ba
     assert_eq!(commit_one(&h.store, again).await, Err(CommitError::Conflict(Conflict::Exists)));
     let r = load(&h.store, &k).await;
     assert_eq!((r.doc.as_str(), r.owner.as_deref(), r.last_seq), (r#"{"doc":1}"#, Some("a#1"), 0));
+}
+
+/// A creation fenced `New` (an id this replica made: the Redis store
+/// writes it without its script) leaves the session a creation fenced
+/// `Absent` leaves, and its owner's commits follow as they would.
+async fn a_session_whose_id_was_made_here_reads_back_as_any_created_one(backend: Backend) {
+    let h = backend.open();
+    let creation = |k: &SessionKey, fence: Fence| {
+        let mut create = Commit::new(k.clone(), fence, "a#1");
+        create.owner = OwnerChange::Acquire("a#1".into());
+        create.state = state("one", "running");
+        create.messages = MessagesWrite::Append(vec!["m1".into()]);
+        create.events = numbered(1, 2);
+        create.open_relays = vec!["r1".into()];
+        create.turn_start = true;
+        create
+    };
+    let (checked, made) = (key("acme", "checked"), key("acme", "made"));
+    let first = commit_one(&h.store, creation(&checked, Fence::Absent)).await.unwrap();
+    assert_eq!(commit_one(&h.store, creation(&made, Fence::New)).await, Ok(first));
+    assert_eq!(load(&h.store, &made).await, load(&h.store, &checked).await);
+    assert_eq!(load(&h.store, &made).await.turn_start_seq, 0);
+    let mut tenure = Tenure { key: made.clone(), instance: "a#1".into(), epoch: 1, n: 0, seq: 2 };
+    tenure.append(&h.store, 3, 4).await;
+    assert_eq!(seqs_after(&h.store, &made, 0, 10).await, [1, 2, 3, 4]);
 }
 
 async fn a_commit_writes_state_messages_and_events_together(backend: Backend) {

@@ -311,6 +311,76 @@ async fn a_session_created_over_an_old_log_of_its_id_begins_its_tenure_above_it(
     assert_eq!(seqs_after(&store, &k, 7, 10).await, [8]);
 }
 
+/// A session whose id was made here (`Fence::New`) is created with plain
+/// commands in one `MULTI` instead of the commit script: every key holds
+/// what the script writes for the same creation (the state hash field by
+/// field, the conversation, the log's ids and entries, an expiry on each),
+/// the answer is the same, and the session goes on as any other: its
+/// owner's commits follow, a takeover fences them.
+#[tokio::test]
+async fn a_session_whose_id_was_made_here_is_created_as_the_commit_script_creates_it() {
+    let Harness { store, prefix, notices: _notices } = open_store(Some(RedisTarget::Node(redis_url())), 100);
+    let conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let creation = |k: &SessionKey, fence: Fence| {
+        let mut create = Commit::new(k.clone(), fence, "a#1");
+        create.owner = OwnerChange::Acquire("a#1".into());
+        create.state = state(r#"{"doc":"one"}"#, "running");
+        create.messages = MessagesWrite::Append(vec!["m1".into(), "m2".into()]);
+        create.events = numbered(1, 3);
+        create.open_relays = vec!["r1".into()];
+        create.turn_start = true;
+        create
+    };
+    let (scripted, plain) = (key("acme", "scripted"), key("acme", "plain"));
+    let by_script = commit_one(&store, creation(&scripted, Fence::Absent)).await.expect("the script creates it");
+    let by_commands = commit_one(&store, creation(&plain, Fence::New)).await.expect("the commands create it");
+    assert_eq!(by_commands, by_script);
+    assert_eq!((by_commands.version, by_commands.epoch, by_commands.first_seq, by_commands.last_seq), (1, 1, 1, 3));
+
+    let hash = |k: &SessionKey| {
+        let name = session_key(&prefix, k, "state");
+        let mut conn = conn.clone();
+        async move {
+            let fields: std::collections::BTreeMap<String, String> =
+                redis::cmd("HGETALL").arg(name).query_async(&mut conn).await.unwrap();
+            fields
+        }
+    };
+    let (script_hash, plain_hash) = (hash(&scripted).await, hash(&plain).await);
+    assert_eq!(plain_hash, script_hash);
+    assert_eq!(plain_hash.get("eps").map(String::as_str), Some("1:1;"));
+    for suffix in ["msgs", "events"] {
+        let read = |k: &SessionKey| {
+            let name = session_key(&prefix, k, suffix);
+            let mut conn = conn.clone();
+            async move {
+                let dumped: redis::Value = match suffix {
+                    "msgs" => redis::cmd("LRANGE").arg(name).arg(0).arg(-1).query_async(&mut conn).await.unwrap(),
+                    _ => redis::cmd("XRANGE").arg(name).arg("-").arg("+").query_async(&mut conn).await.unwrap(),
+                };
+                dumped
+            }
+        };
+        assert_eq!(read(&plain).await, read(&scripted).await, "{suffix}");
+    }
+    let fresh = |ttl: i64| ttl > 50_000 && ttl <= 60_000;
+    let plain_ttls = ttls(&prefix, &plain).await;
+    assert!(plain_ttls[..3].iter().all(|t| fresh(*t)) && plain_ttls[3..] == [-2, -2], "{plain_ttls:?}");
+    assert_eq!(ttls(&prefix, &scripted).await[3..], [-2, -2]);
+    assert_eq!(load(&store, &plain).await, load(&store, &scripted).await);
+
+    // The owner's commits go on from it; a takeover fences them.
+    let mut tenure = Tenure { key: plain.clone(), instance: "a#1".into(), epoch: 1, n: 0, seq: 3 };
+    tenure.append(&store, 4, 5).await;
+    let mut takeover = Commit::new(plain.clone(), unchanged(&store, &plain).await, "b#1");
+    takeover.owner = OwnerChange::Acquire("b#1".into());
+    assert_eq!(commit_one(&store, takeover).await.expect("taken over").epoch, 2);
+    let mut stale = tenure.next();
+    stale.events = numbered(6, 6);
+    assert!(matches!(commit_one(&store, stale).await, Err(CommitError::Conflict(Conflict::Fenced))));
+    assert_eq!(seqs_after(&store, &plain, 0, 10).await, [1, 2, 3, 4, 5]);
+}
+
 /// Builds before the bucketed indexes kept one `owned:<instance>` set and
 /// one `orphans` set: a replica of such a build that dies during a rolling
 /// upgrade is still found, taken over and forgotten.
