@@ -106,7 +106,9 @@ pub fn encode(
     // What the dialect restates first (AG-UI), ahead of any event.
     let opening = encoding.encoder.opening();
     encoding.pending.extend(opening);
-    futures::stream::unfold(encoding, |mut encoding| async move {
+    // Boxed: the state moves into each frame's future and back out of it,
+    // a pointer's copy instead of the whole state's per frame.
+    futures::stream::unfold(Box::new(encoding), |mut encoding| async move {
         let frame = encoding.next_frame().await?;
         Some((frame, encoding))
     })
