@@ -9,6 +9,7 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
+use futures::future::BoxFuture;
 use tracing::Instrument as _;
 
 use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp, writer::Pipe};
@@ -57,7 +58,22 @@ impl Sessions {
     /// for another replica to take at once. The turn's span links to the
     /// trace `link` names (the turn before, maybe on another replica).
     /// Returns the turn, to follow from before its events.
-    pub(super) async fn activate(
+    ///
+    /// Boxed: every request that starts or resumes a turn awaits it, and a
+    /// handler's future is moved several times by the router's layers
+    /// before its first poll (whole, when this state is inline in it).
+    pub(super) fn activate<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        basis: Basis<'a>,
+        session: Session,
+        events: Vec<EventKind>,
+        link: Option<String>,
+    ) -> BoxFuture<'a, Result<Started, SessionError>> {
+        Box::pin(self.activate_here(key, basis, session, events, link))
+    }
+
+    async fn activate_here(
         &self,
         key: &SessionKey,
         basis: Basis<'_>,

@@ -425,7 +425,8 @@ impl Sessions {
 
     /// Follows a turn this replica just started, from its first event.
     pub async fn follow_started(&self, started: Started) -> Follower {
-        self.inner.hub.follow(started.key, started.cursor, started.cursor, false).await
+        // Boxed, as `activate`: handlers await it.
+        Box::pin(self.inner.hub.follow(started.key, started.cursor, started.cursor, false)).await
     }
 
     /// [`Sessions::follow`] for a session just read (or just committed).

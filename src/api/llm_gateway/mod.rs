@@ -77,13 +77,9 @@ pub async fn chat(State(state): State<AppState>, principal: Principal, body: Byt
         ..SessionOptions::default()
     };
     let new = NewSession { id: None, model, dialect: "llm-gateway", options, files: None };
-    // Boxed, as the steps below: the handler's future is moved into each
-    // of the router's and middleware's boxes before it is first polled,
-    // and kept small so those moves are (`load-tests/RESULTS.md`).
-    let started =
-        Box::pin(state.sessions.start_conversation(&principal, new, request.history, request.message)).await?;
+    let started = state.sessions.start_conversation(&principal, new, request.history, request.message).await?;
     let id = started.id().to_string();
-    let follower = Box::pin(state.sessions.follow_started(started)).await;
+    let follower = state.sessions.follow_started(started).await;
     let encoder = Box::new(LlmGatewayEncoder::for_chat(&id, 1, max_iterations));
     Ok(stream::stream(&state, principal, id, follower, encoder))
 }
