@@ -15,7 +15,10 @@ use tracing::Instrument as _;
 use super::{RunHandle, Running, SessionError, Sessions, Stop, main_agent, ownership, stamp, writer::Pipe};
 use crate::{
     domain::{ChatMessage, Event, EventKind, Session},
-    store::{Commit, CommitError, Committed, Conflict, Fence, OwnerChange, Record, SessionKey, StateWrite, StoreError},
+    store::{
+        Commit, CommitError, Committed, Conflict, FIRST_EPOCH, Fence, OwnerChange, Record, SessionKey, StateWrite,
+        StoreError,
+    },
     telemetry::{attributes as attr, trace},
 };
 
@@ -333,9 +336,6 @@ pub(super) enum Basis<'a> {
     /// client): such a turn starts while its session is created.
     New { id_made_here: bool },
 }
-
-/// The tenure a commit creating a session begins.
-const FIRST_EPOCH: u64 = 1;
 
 /// How a turn's tenure opens in the writer.
 enum Opening {

@@ -160,6 +160,10 @@ pub enum Fence {
     Owner { instance: String, epoch: u64, n: u64, after: u64 },
 }
 
+/// The tenure a session's creation begins (`lua/commit.lua`: one above
+/// nothing; logs of older builds have tenure 0 ids).
+pub const FIRST_EPOCH: u64 = 1;
+
 impl Fence {
     /// Whether the commit creates the session.
     pub fn creates(&self) -> bool {

@@ -25,8 +25,8 @@ use super::{
     map_err,
 };
 use crate::store::{
-    Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, Fence, Loaded, MessagesWrite,
-    OwnerChange, Record, SessionKey, SessionStore, SessionWrite, StoreError, Wrote, is_active,
+    Append, CancelRequest, Commit, CommitError, Committed, Conflict, Decided, FIRST_EPOCH, Fence, Loaded,
+    MessagesWrite, OwnerChange, Record, SessionKey, SessionStore, SessionWrite, StoreError, Wrote, is_active,
 };
 
 impl RedisStore {
@@ -168,6 +168,10 @@ impl RedisStore {
         let commands =
             parts.iter().map(|p| p.append.map_or(0, |a| a.events.len() + 1) + p.commit.map_or(0, |_| 4)).sum();
         let mut spread = Spread::with_capacity(commands);
+        // Per commit, in order: the commands its creation queued in a
+        // `MULTI` (its replies are those and `MULTI`'s and `EXEC`'s), or
+        // `None` for a script (one reply).
+        let mut queued: Vec<Option<usize>> = Vec::with_capacity(parts.len());
         let mut id = String::new();
         for (group, part) in parts.iter().enumerate() {
             if let Some(append) = part.append {
@@ -196,6 +200,7 @@ impl RedisStore {
             let Some(commit) = part.commit else { continue };
             match self.creation(commit) {
                 Some(commands) => {
+                    queued.push(Some(commands.len()));
                     spread.answered_in(group).cmd("MULTI");
                     for command in commands {
                         spread.answered_in(group).add_command(command);
@@ -203,6 +208,7 @@ impl RedisStore {
                     spread.answered_in(group).cmd("EXEC");
                 }
                 None => {
+                    queued.push(None);
                     spread.answered_in(group).add_command(self.commit_command(commit));
                 }
             }
@@ -210,13 +216,14 @@ impl RedisStore {
         }
         let replies = self.send(conn, spread).await?;
         let mut replies = replies.into_iter();
+        let mut queued = queued.into_iter();
         let mut out = Vec::with_capacity(parts.len());
         for part in parts {
             let appended = part.append.map_or(0, |a| a.events.len());
             let announced = usize::from(part.append.is_some_and(|a| a.announce) && part.commit.is_none());
             let appends: Vec<_> = replies.by_ref().take(appended).collect();
             let _announcement = replies.by_ref().take(announced).count();
-            let commit = part.commit.map(|commit| match self.creation_size(commit) {
+            let commit = part.commit.map(|commit| match queued.next().expect("one entry per commit") {
                 Some(queued) => created(replies.by_ref().take(queued + 2), commit),
                 None => replies.next().expect("a reply per command"),
             });
@@ -243,8 +250,15 @@ impl RedisStore {
     /// commit, and for a creation the script must write (no events, files,
     /// a release while draining): those go through the script.
     fn creation(&self, commit: &Commit) -> Option<Vec<redis::Cmd>> {
-        self.creation_size(commit)?;
-        let (OwnerChange::Acquire(owner), Some(state)) = (&commit.owner, &commit.state) else { return None };
+        let plain = commit.fence == Fence::New
+            && !commit.events.is_empty()
+            && commit.workspace.is_none()
+            && commit.close_relays.is_empty()
+            && !commit.clear_cancel
+            && commit.renew;
+        let (true, OwnerChange::Acquire(owner), Some(state)) = (plain, &commit.owner, &commit.state) else {
+            return None;
+        };
         let messages: Option<&[String]> = match &commit.messages {
             MessagesWrite::Keep => None,
             MessagesWrite::Append(m) if m.is_empty() => None,
@@ -294,26 +308,7 @@ impl RedisStore {
             commands.push(rpush);
             commands.push(expire(&messages_key));
         }
-        debug_assert_eq!(Some(commands.len()), self.creation_size(commit));
         Some(commands)
-    }
-
-    /// How many commands [`RedisStore::creation`] makes of `commit`, if
-    /// it makes any.
-    fn creation_size(&self, commit: &Commit) -> Option<usize> {
-        let plain = commit.fence == Fence::New
-            && matches!(commit.owner, OwnerChange::Acquire(_))
-            && commit.state.is_some()
-            && !commit.events.is_empty()
-            && commit.workspace.is_none()
-            && commit.close_relays.is_empty()
-            && !commit.clear_cancel
-            && commit.renew;
-        let messages = match &commit.messages {
-            MessagesWrite::Keep => 0,
-            MessagesWrite::Append(m) | MessagesWrite::Replace(m) => m.len(),
-        };
-        plain.then(|| commit.events.len() + 3 + if messages > 0 { 2 } else { 0 })
     }
 
     /// The ownership index commands `commit` implies, as hints.
@@ -689,10 +684,6 @@ fn created(replies: impl Iterator<Item = redis::RedisResult<Value>>, commit: &Co
         Value::Int(0),
     ]))
 }
-
-/// The tenure a session's creation begins (`lua/commit.lua`: one above
-/// nothing).
-const FIRST_EPOCH: u64 = 1;
 
 /// The state's `eps` of a session created in [`FIRST_EPOCH`]: that tenure's
 /// entries begin at seq 1 (see `lua/commit.lua`).
